@@ -1,0 +1,1 @@
+"""`kiln bench` and `kiln demo`: the benchmark runner (models live in benchmarks/models)."""
