@@ -1,0 +1,182 @@
+"""Lower a functional ATen FX graph to a `LoopGraph`.
+
+Takes a `torch.fx.GraphModule` whose call nodes target `torch.ops.aten` overloads (what
+`make_fx` gives) and its example inputs; gives a `LoopGraph`: one `Input` per placeholder, a
+`Constant` per tensor attribute, and the nodes each lowering added. An op with no lowering,
+with a dtype the C++ renderer lacks, or whose lowering declines (`Unsupported`), becomes an
+`Extern` — always correct, never fused — and is counted under `KILN_LOGS=perf_hints`.
+
+Why it exists: this is the one walk over the FX graph; everything after it sees only loop IR.
+"""
+
+from __future__ import annotations
+
+import collections
+import operator
+
+import torch
+
+from .. import logs
+from .context import SUPPORTED_DTYPES, LoweringContext
+from .ir import BufRef, Constant, Extern, ExternItem, Input, Layout, LoopGraph
+from .registry import Unsupported, lowering_for
+
+# Extern calls seen by this process, by op and reason (benchmarks and the OpInfo sweep read it).
+EXTERN_COUNTS: collections.Counter = collections.Counter()
+
+
+class GraphUnsupported(Exception):
+    """The whole graph cannot go through the C++ path (caller runs it eagerly); says why."""
+
+
+def _layout(t: torch.Tensor) -> Layout:
+    for s in tuple(t.shape) + tuple(t.stride()):
+        if not isinstance(s, int):
+            raise GraphUnsupported("symbolic (dynamic) sizes are not supported by codegen yet")
+    return Layout(tuple(t.shape), tuple(t.stride()), t.dtype, int(t.storage_offset()))
+
+
+def _ensure_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
+    if all("val" in n.meta for n in gm.graph.nodes if n.op in ("call_function", "placeholder")):
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
+
+
+def _map_args(value, env):
+    if isinstance(value, torch.fx.Node):
+        return env[value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map_args(v, env) for v in value) if isinstance(value, list) else tuple(
+            _map_args(v, env) for v in value
+        )
+    return value
+
+
+def _refs(value):
+    if isinstance(value, BufRef):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _refs(v)
+
+
+def _why_extern(ctx: LoweringContext, target, args, kwargs, val) -> str | None:
+    """None if `target` may be lowered here, else the reason it is an extern call."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return f"{target} is not an ATen op"
+    if lowering_for(target) is None:
+        return "no lowering"
+    outs = val if isinstance(val, (tuple, list)) else (val,)
+    for o in outs:
+        if o is not None and not isinstance(o, torch.Tensor):
+            return "returns a non-tensor value"
+        if isinstance(o, torch.Tensor) and o.dtype not in SUPPORTED_DTYPES:
+            return f"output dtype {o.dtype} has no C++ lowering"
+    for ref in _refs((args, tuple(kwargs.values()))):
+        node = ctx.nodes[ref.name]
+        if isinstance(node, (Extern,)) and node.layouts[0] is None:
+            return "an argument is a value only known at run time"
+        dtype = getattr(node, "dtype", None) or node.layout.dtype
+        if dtype not in SUPPORTED_DTYPES:
+            return f"input dtype {dtype} has no C++ lowering"
+    return None
+
+
+def _extern(ctx: LoweringContext, target, args, kwargs, val, reason: str):
+    multi = isinstance(val, (tuple, list))
+    outs = val if multi else (val,)
+    layouts = tuple(_layout(o) if isinstance(o, torch.Tensor) else None for o in outs)
+    name = ctx.fresh("extern")
+    node = Extern(name, target, tuple(args), tuple(sorted(kwargs.items())), layouts, multi, reason)
+    ctx.add(node)
+    EXTERN_COUNTS[(str(target), reason)] += 1
+    logs.log("perf_hints", lambda: f"extern call {target}: {reason}")
+    if not multi:
+        return BufRef(name)
+    items = []
+    for k, lay in enumerate(layouts):
+        items.append(ctx.add(ExternItem(ctx.fresh("buf"), name, k, lay)) if lay else None)
+    return tuple(items)
+
+
+def lower_graph(gm: torch.fx.GraphModule, example_inputs) -> LoopGraph:
+    _ensure_meta(gm, example_inputs)
+    ctx = LoweringContext()
+    env: dict[torch.fx.Node, object] = {}
+    inputs: list[str] = []
+    constants: dict[str, torch.Tensor] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise GraphUnsupported("graph placeholders and example inputs differ in number")
+    outputs: tuple = ()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            example = example_inputs[len(inputs)]
+            if not isinstance(example, torch.Tensor):
+                raise GraphUnsupported(f"input {node.name} is not a tensor")
+            if example.device.type != "cpu":
+                raise GraphUnsupported(f"input {node.name} is on {example.device}, not the CPU")
+            name = f"arg{len(inputs)}"
+            env[node] = ctx.add(Input(name, _layout(example)))
+            inputs.append(name)
+        elif node.op == "get_attr":
+            tensor = getattr(gm, node.target)
+            if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
+                raise GraphUnsupported(f"attribute {node.target} is not a CPU tensor")
+            name = ctx.fresh("const")
+            constants[name] = tensor
+            env[node] = ctx.add(Constant(name, _layout(tensor)))
+        elif node.op == "call_function" and node.target is operator.getitem:
+            base, idx = node.args
+            env[node] = env[base][idx]
+        elif node.op == "call_function":
+            args = _map_args(node.args, env)
+            kwargs = {k: _map_args(v, env) for k, v in node.kwargs.items()}
+            val = node.meta.get("val")
+            env[node] = _lower_node(ctx, node.target, args, kwargs, val)
+        elif node.op == "output":
+            outputs = tuple(_output(v, env) for v in _flat_outputs(node.args[0]))
+        else:
+            raise GraphUnsupported(f"FX node kind {node.op!r} ({node.target}) in an ATen graph")
+    graph = LoopGraph(tuple(ctx.nodes.values()), tuple(inputs), outputs, constants)
+    return graph
+
+
+def _flat_outputs(out):
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _output(value, env):
+    if isinstance(value, torch.fx.Node):
+        ref = env[value]
+        if not isinstance(ref, BufRef):
+            raise GraphUnsupported(f"output {value.name} is not a single tensor")
+        return ref.name
+    if value is None or isinstance(value, (int, float, bool)):
+        return value
+    raise GraphUnsupported(f"output of type {type(value).__name__}")
+
+
+def _lower_node(ctx: LoweringContext, target, args, kwargs, val):
+    reason = _why_extern(ctx, target, args, kwargs, val)
+    if reason is None:
+        ctx.out, ctx.op = val, target
+        checkpoint = dict(ctx.nodes)
+        try:
+            return lowering_for(target)(ctx, *args, **kwargs)
+        except Unsupported as e:
+            ctx.nodes = checkpoint
+            reason = f"lowering declined: {e}"
+    return _extern(ctx, target, args, kwargs, val, reason)
+
+
+def extern_summary(graph: LoopGraph) -> str:
+    counts = collections.Counter(
+        f"{n.target} ({n.reason})" for n in graph.nodes if isinstance(n, Extern)
+    )
+    return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(counts.items()))
+
+

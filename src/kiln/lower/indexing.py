@@ -1,0 +1,193 @@
+"""Index arithmetic for the loop IR: loop variables, integer division and modulo, view indexers.
+
+Takes sizes and index expressions (sympy; static sizes are plain ints); gives the loop
+variables `i0.. / r0..`, the integer functions `FloorDiv` and `ModularIndexing` (which sympy's
+own `floor`/`Mod` would rewrite into forms no C printer wants), the indexer of a reshape, and
+`sympy_str`, the one printer of index expressions used by IR dumps and the C++ renderer.
+
+Why it exists: every view op (permute, reshape, slice, expand, ...) is a remapping of indices;
+keeping that arithmetic in one place keeps views zero-copy and the printed code readable.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import sympy
+
+
+@functools.lru_cache(maxsize=None)
+def _sym(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+def index_vars(n: int) -> tuple[sympy.Symbol, ...]:
+    return tuple(_sym(f"i{k}") for k in range(n))
+
+
+def reduce_vars(n: int) -> tuple[sympy.Symbol, ...]:
+    return tuple(_sym(f"r{k}") for k in range(n))
+
+
+class FloorDiv(sympy.Function):
+    """`a // b` for a >= 0, b > 0 (indices are never negative)."""
+
+    nargs = 2
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        if isinstance(a, FloorDiv):  # (x // c) // b == x // (c*b)
+            return FloorDiv(a.args[0], a.args[1] * b)
+        if a.is_Mul and a.args[0].is_Integer and int(a.args[0]) % int(b) == 0:
+            return sympy.Mul(sympy.Integer(int(a.args[0]) // int(b)), *a.args[1:])
+        return None
+
+
+class ModularIndexing(sympy.Function):
+    """`a % b` for a >= 0, b > 0."""
+
+    nargs = 2
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1 or a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+        if a.is_Mul and a.args[0].is_Integer and int(a.args[0]) % int(b) == 0:
+            return sympy.Integer(0)
+        return None
+
+
+def to_sym(x) -> sympy.Expr:
+    return sympy.Integer(x) if isinstance(x, int) else x
+
+
+def is_affine(expr: sympy.Expr, variables) -> bool:
+    """True if `expr` is a constant plus integer multiples of `variables` (no div/mod/min)."""
+    expr = sympy.expand(expr)
+    for term in sympy.Add.make_args(expr):
+        coeff, rest = term.as_coeff_Mul()
+        if rest == 1:
+            continue
+        if rest not in variables or not coeff.is_Integer:
+            return False
+    return True
+
+
+def affine_coefficients(expr: sympy.Expr, variables) -> tuple[list[int], int]:
+    expr = sympy.expand(expr)
+    coeffs = [int(expr.coeff(v)) for v in variables]
+    const = expr.subs({v: 0 for v in variables})
+    return coeffs, int(const)
+
+
+def linearize(index, strides) -> sympy.Expr:
+    out = sympy.Integer(0)
+    for i, s in zip(index, strides):
+        out = out + i * s
+    return out
+
+
+def delinearize(linear: sympy.Expr, size) -> tuple[sympy.Expr, ...]:
+    """Row-major position `linear` in `size` as one index per dim."""
+    out, inner = [], 1
+    for k in range(len(size) - 1, -1, -1):
+        d = FloorDiv(linear, inner)
+        out.append(d if k == 0 else ModularIndexing(d, size[k]))
+        inner = inner * size[k]
+    return tuple(reversed(out))
+
+
+def reshape_indexer(old: tuple, new: tuple, new_vars) -> tuple[sympy.Expr, ...]:
+    """The index into a tensor of size `old` read by index `new_vars` of its reshape to `new`.
+
+    Dims are matched in groups of equal product, so a flatten or a split gives one div/mod per
+    dimension of the group, and dims outside any merged group map straight through.
+    """
+    out: list[sympy.Expr] = []
+    i = j = 0
+    while i < len(old) or j < len(new):
+        if i < len(old) and old[i] == 1 and (j >= len(new) or new[j] != 1):
+            out.append(sympy.Integer(0))
+            i += 1
+            continue
+        if j < len(new) and new[j] == 1 and (i >= len(old) or old[i] != 1):
+            j += 1
+            continue
+        i0, j0 = i, j
+        po, pn = old[i], new[j]
+        i, j = i + 1, j + 1
+        while po != pn:
+            if po < pn:
+                po = po * old[i]
+                i += 1
+            else:
+                pn = pn * new[j]
+                j += 1
+        linear = linearize(new_vars[j0:j], _strides(new[j0:j]))
+        out.extend(delinearize(linear, old[i0:i]))
+    return tuple(out)
+
+
+def _strides(size) -> list:
+    strides, acc = [], 1
+    for s in reversed(size):
+        strides.append(acc)
+        acc = acc * s
+    return list(reversed(strides))
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing (IR dumps and C++ share it: the syntax of integer index arithmetic is the same)
+# ---------------------------------------------------------------------------------------------
+
+
+def sympy_str(e) -> str:
+    if isinstance(e, int):
+        return str(e)
+    if e.is_Integer or e.is_Symbol:
+        return str(e)
+    if e.is_Add:
+        terms = sorted(e.args, key=lambda t: (t.is_Number, str(t)))
+        out = sympy_str(terms[0])
+        for t in terms[1:]:
+            coeff, rest = t.as_coeff_Mul()
+            if coeff.is_Number and coeff < 0:
+                neg = -t
+                out += f" - {_paren(neg)}"
+            else:
+                out += f" + {sympy_str(t)}"
+        return out
+    if e.is_Mul:
+        return "*".join(_paren(a) for a in e.args)
+    if isinstance(e, FloorDiv):
+        return f"{_paren(e.args[0])}/{_paren(e.args[1])}"
+    if isinstance(e, ModularIndexing):
+        return f"{_paren(e.args[0])}%{_paren(e.args[1])}"
+    if isinstance(e, sympy.Min):
+        return _minmax("std::min", e.args)
+    if isinstance(e, sympy.Max):
+        return _minmax("std::max", e.args)
+    raise NotImplementedError(f"cannot print index expression {e!r}")
+
+
+def _minmax(fn: str, args) -> str:
+    out = sympy_str(args[0])
+    for a in args[1:]:
+        out = f"{fn}<int64_t>({out}, {sympy_str(a)})"
+    return out
+
+
+def _paren(e) -> str:
+    s = sympy_str(e)
+    simple = isinstance(e, int) or e.is_Integer and e >= 0 or e.is_Symbol
+    return s if simple else f"({s})"
