@@ -1,35 +1,216 @@
-"""Placeholder while the interpreter lands."""
+"""The compiled callable: its cache of entries, tracing on a miss, recompiles and limits.
+
+Takes the user's function, bound method or module and the frozen options; gives a callable.
+A call runs the first cache entry whose guards hold. On a miss it traces the call (the trace
+*is* the call: its result is returned), hands the graph to the backend, and adds an entry.
+Past `cache_size_limit` entries, or when a frame cannot be captured, the callable runs
+eagerly and says why once.
+"""
 
 from __future__ import annotations
 
+import inspect
+import threading
+import types
+import weakref
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from .. import logs
+from ..backends.registry import lookup_backend
+from . import calls
+from .errors import AbortTrace, FullgraphBreak, Unsupported
+from .interpreter import Interpreter
+from .residual import MISS, NotRebuildable, Rebuilder, build_entry, side_effect_lines
+from .residual import signature_text
+from .sources import ConstSource, LocalSource, Namer
+from .tracer import Tracer
+
+_state = threading.local()
+_all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
+
+
+def is_tracing() -> bool:
+    return getattr(_state, "depth", 0) > 0
+
 
 class CompiledFunction:
-    def __init__(self, fn, opts, is_module=False):
-        self.fn, self.opts = fn, opts
+    def __init__(self, root_callable: Callable, signature_of: Callable, opts, label: str,
+                 root_globals: dict) -> None:
+        self.root_callable = root_callable
+        self.opts = opts
+        self.label = label
+        self.root_globals = root_globals
+        self.entries: list[Callable] = []
+        self.entry_sources: list[str] = []
+        self.entry_guards: list[tuple] = []
+        self.eager_reason: str | None = None
+        self.compiles = 0
+        try:
+            sig = inspect.signature(signature_of)
+        except (TypeError, ValueError):
+            sig = inspect.Signature([
+                inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+            ])
+        self.signature = sig
+        self.params, self.forward_call, self.defaults, self.kwdefaults = signature_text(sig)
+        _all_compiled.add(self)
 
     @classmethod
-    def for_callable(cls, fn, opts):
-        return cls(fn, opts)
+    def for_callable(cls, fn: Callable, opts) -> "CompiledFunction":
+        target = fn.__func__ if isinstance(fn, types.MethodType) else fn
+        g = getattr(target, "__globals__", None) or {}
+        return cls(fn, fn, opts, getattr(fn, "__qualname__", repr(fn)), g)
 
     @classmethod
-    def for_module(cls, mod, opts):
-        return cls(mod, opts, True)
+    def for_module(cls, mod: torch.nn.Module, opts) -> "CompiledFunction":
+        fwd = type(mod).forward
+        return cls(mod, mod.forward, opts, f"{type(mod).__qualname__}.forward",
+                   getattr(fwd, "__globals__", {}))
 
+    # ---- calls --------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        return self.fn(*args, **kwargs)
+        if is_tracing():  # reached natively from inside another trace: just run it
+            return self.root_callable(*args, **kwargs)
+        for entry in self.entries:
+            result = entry(*args, **kwargs)
+            if result is not MISS:
+                return result
+        if self.eager_reason is not None:
+            return self.root_callable(*args, **kwargs)
+        if len(self.entries) >= self.opts.cache_size_limit:
+            self.eager_reason = "cache size limit"
+            logs.warn(
+                f"{self.label}: {len(self.entries)} compiled entries and the guards still "
+                f"failed; kiln runs it eagerly from now on. Last failure: "
+                f"{self._why_missed(args, kwargs)}. Raise the limit with "
+                "options={'cache_size_limit': N} or KILN_CACHE_SIZE_LIMIT=N, or mark the "
+                "changing sizes dynamic."
+            )
+            return self.root_callable(*args, **kwargs)
+        if self.entries and logs.is_on("recompiles"):
+            logs.log("recompiles", lambda: f"recompiling {self.label}: "
+                                           f"{self._why_missed(args, kwargs)}")
+        return self._trace(args, kwargs)
+
+    def _why_missed(self, args, kwargs) -> str:
+        from .guards import explain_failure
+
+        reasons = []
+        for guards, namer in self.entry_guards:
+            reasons.append(explain_failure(guards, namer, self.params, args, kwargs) or "?")
+        return "; ".join(reasons) if reasons else "no entries"
+
+    # ---- tracing ------------------------------------------------------------------------------
+    def _trace(self, args: tuple, kwargs: dict):
+        interp_holder: list[Interpreter] = []
+        tracer = Tracer(self.opts, lambda: interp_holder[0].location())
+        interp = Interpreter(tracer, self.root_globals)
+        interp_holder.append(interp)
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError:
+            return self.root_callable(*args, **kwargs)  # CPython raises the proper TypeError
+        bound.apply_defaults()
+        _state.depth = getattr(_state, "depth", 0) + 1
+        try:
+            with tracer.mode:
+                for name, value in bound.arguments.items():
+                    tracer.track(value, LocalSource(name))
+                if isinstance(self.root_callable, torch.nn.Module):
+                    tracer.sources[id(self.root_callable)] = (
+                        self.root_callable, ConstSource(self.root_callable, "self"))
+                elif isinstance(self.root_callable, types.MethodType):
+                    owner = self.root_callable.__self__
+                    tracer.track(owner, ConstSource(owner, "self"))
+                result = calls.interp_call(interp, self.root_callable, args, kwargs)
+        except FullgraphBreak as e:
+            raise Unsupported(f"{self.label}: {e.message}") from None
+        except AbortTrace as e:
+            self._give_up(e.reason, tracer)
+            if tracer.effects_visible:
+                raise RuntimeError(
+                    f"kiln: could not finish tracing {self.label} ({e.reason}) after it had "
+                    "changed state outside the function; please report this. Run it with "
+                    "kiln.disable for now."
+                ) from None
+            return self.root_callable(*args, **kwargs)
+        finally:
+            _state.depth -= 1
+        if tracer.broken is not None:
+            b = tracer.broken
+            self._give_up(f"graph break: {b.reason}\n  at {b.where}"
+                          + (f"\n  hint: {b.hint}" if b.hint else ""), tracer)
+            return result
+        try:
+            self._install(tracer, result)
+        except NotRebuildable as e:
+            if self.opts.fullgraph:
+                raise Unsupported(f"{self.label}: cannot rebuild the result: {e}") from None
+            self._give_up(f"cannot rebuild the result on later calls: {e}", tracer)
+        return result
+
+    def _give_up(self, reason: str, tracer) -> None:
+        self.eager_reason = reason
+        logs.log("graph_breaks", f"{self.label}: {reason}")
+        logs.log("fallbacks", f"{self.label} runs eagerly: {reason.splitlines()[0]}")
+
+    def _install(self, tracer: Tracer, result: Any) -> None:
+        namer = Namer()
+        rb = Rebuilder(tracer, namer)
+        result_expr = rb.expr(result)
+        effects = side_effect_lines(tracer, rb)
+        graph = tracer.graph
+        has_compute = any(n.op in ("call_function", "call_method", "call_module")
+                          for n in graph.nodes)
+        inputs = [src.expr(namer) for src, _, _ in tracer.placeholders]
+        compiled = None
+        if has_compute:
+            graph.output(tuple(rb.outputs))
+            root = torch.nn.Module()
+            for name, t in tracer.constants.items():
+                setattr(root, name, t)
+            gm = fx.GraphModule(root, graph, class_name="KilnGraph")
+            gm.meta["kiln_label"] = self.label
+            logs.log("graph", lambda: f"graph of {self.label}:\n{gm.print_readable(False)}")
+            example_inputs = [t for _, t, _ in tracer.placeholders]
+            backend = lookup_backend(self.opts.backend)
+            self.compiles += 1
+            compiled = backend(gm, example_inputs)
+            if not callable(compiled):
+                raise TypeError(f"backend {self.opts.backend!r} returned {compiled!r}, which "
+                                "is not callable")
+            namer.bind("___graph", compiled)
+        name = f"___entry_{len(self.entries)}"
+        entry, source = build_entry(
+            self.params, self.defaults, self.kwdefaults, tracer.guards.exprs(namer), inputs,
+            compiled is not None, effects, result_expr, namer, name,
+        )
+        logs.log("guards", lambda: f"guards of {self.label} entry {len(self.entries)}:\n"
+                                   f"{tracer.guards.describe()}")
+        logs.log("bytecode", lambda: f"residual of {self.label}:\n{source}")
+        self.entries.append(entry)
+        self.entry_sources.append(source)
+        self.entry_guards.append((list(tracer.guards.guards), namer))
+
+    def reset(self) -> None:
+        self.entries.clear()
+        self.entry_sources.clear()
+        self.entry_guards.clear()
+        self.eager_reason = None
 
 
 def mark_disabled(fn):
-    return fn
+    return calls.mark_disabled(fn)
 
 
 def mark_allow_in_graph(fn):
-    return fn
+    return calls.mark_allow_in_graph(fn)
 
 
-def reset_all():
-    pass
-
-
-def is_tracing():
-    return False
+def reset_all() -> None:
+    for c in list(_all_compiled):
+        c.reset()

@@ -1,0 +1,467 @@
+"""Calls and attribute access inside a trace: inline, run natively, or break the graph.
+
+Takes a callable and its arguments (or an object and an attribute name) as the interpreter
+meets them; gives the result. Python functions are inlined (run on kiln's interpreter) so that
+what they read is guarded; torch functions and pure builtins run natively (the recording mode
+sees every torch call they make); nn.Module calls run their hooks and `forward` as
+`Module.__call__` would; anything kiln does not model is a graph break, after which the call
+still runs, natively, so the traced call finishes with eager's result.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import itertools
+import math
+import operator
+import types
+from typing import Any
+
+import torch
+
+from . import guards as G
+from . import module_tree
+from .sources import AttrSource, ConstSource, GlobalSource
+
+# Python functions run natively rather than inlined: torch APIs that dispatch through
+# __torch_function__ (the recording mode sees them as one call) and pure library helpers.
+NATIVE_PY_MODULES = (
+    "torch.nn.functional", "torch.functional", "torch._tensor", "torch.overrides",
+    "torch._jit_internal", "torch.nn.init", "torch._refs", "torch._prims", "torch._decomp",
+    "torch.fx", "torch.utils._pytree", "torch.autograd.grad_mode", "torch.amp.autocast_mode",
+    "torch.random", "dataclasses", "typing", "inspect", "abc", "copy", "enum", "warnings",
+    "collections", "_collections_abc", "re", "string", "numbers", "torch.types",
+    "torch._utils", "torch.utils.hooks",
+)
+# ... except these, which must be inlined because they make decisions on their inputs
+INLINE_PY = set()
+
+PURE_BUILTINS = {
+    abs, all, any, ascii, bin, bool, callable, chr, divmod, enumerate, filter, float, format,
+    frozenset, hash, hex, int, isinstance, issubclass, iter, len, list, map, max, min, next,
+    oct, ord, pow, range, repr, reversed, round, set, slice, sorted, str, sum, tuple, type,
+    zip, dict, complex, object, bytes, id,
+}
+PURE_MODULES = ("math", "operator", "_operator", "itertools", "functools", "_functools",
+                "builtins", "cmath", "_abc", "posix", "_collections", "string")
+MUTATING = {
+    "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update",
+    "setdefault", "popitem", "add", "discard", "difference_update", "intersection_update",
+    "symmetric_difference_update", "__setitem__", "__delitem__", "__iadd__", "__ior__",
+    "move_to_end",
+}
+CONTAINERS = (list, dict, set, collections_deque := __import__("collections").deque)
+# torch C functions that change global state kiln does not record in graphs
+GRAD_STATE = {
+    "_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype",
+    "autocast_increment_nesting", "autocast_decrement_nesting", "clear_autocast_cache",
+    "set_autocast_cache_enabled", "set_autocast_cpu_enabled", "set_autocast_gpu_dtype",
+    "set_autocast_cpu_dtype", "set_autocast_ipu_enabled", "set_autocast_xla_enabled",
+}
+BUILTIN_TYPES = (
+    types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodDescriptorType,
+    types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
+)
+
+_disabled: set[int] = set()
+_allow_in_graph: set[int] = set()
+
+
+# ---- attributes ---------------------------------------------------------------------------------
+def load_attr(interp, obj: Any, name: str) -> Any:
+    tracer = interp.tracer
+    if isinstance(obj, torch.Tensor):
+        return getattr(obj, name)
+    prop = _class_attr(type(obj), name)
+    if type(prop) is property and type(prop.fget) is types.FunctionType and _inlinable(prop.fget):
+        if name not in getattr(obj, "__dict__", {}):
+            return interp_call(interp, prop.fget, (obj,), {})
+    value = getattr(obj, name)
+    if tracer.recording:
+        src = tracer.source_of(obj)
+        if src is not None and not _untracked(tracer, obj, name, value):
+            tracer.track(value, _attr_source(tracer, obj, src, name, value))
+    return value
+
+
+def _untracked(tracer, obj, name, value) -> bool:
+    if (id(obj), name) in tracer.mutated_attrs or id(obj) in tracer.mutated_objs:
+        return True
+    if isinstance(value, (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)):
+        return True
+    if isinstance(obj, types.ModuleType) and _is_library(obj.__name__):
+        return True
+    return False
+
+
+STRUCTURE = ("_parameters", "_buffers", "_modules")
+
+
+def _attr_source(tracer, obj, src, name, value):
+    """Parameters, buffers and submodules of a module are held directly, under the module-tree
+    version guard; every other attribute is read through its path."""
+    if isinstance(obj, torch.nn.Module):
+        d = obj.__dict__
+        structural = name in STRUCTURE or isinstance(value, (torch.Tensor, torch.nn.Module)) and any(
+            name in d.get(k, ()) for k in STRUCTURE
+        )
+        if structural:
+            _tree_guard(tracer)
+            label = f"{src.describe()}.{name}"
+            if name in STRUCTURE:  # the dict itself: its entries are structure too
+                tracer.sources[id(value)] = (value, ConstSource(value, label))
+                for k, v in value.items():
+                    if isinstance(v, (torch.Tensor, torch.nn.Module)):
+                        tracer.track(v, ConstSource(v, f"{label}[{k!r}]"))
+            return ConstSource(value, label)
+    return AttrSource(src, name)
+
+
+def _tree_guard(tracer) -> None:
+    module_tree.install()
+    tracer.guards.add(G.Guard(None, "TREE", "{v}[0] == " + str(module_tree.VERSION[0]),
+                              {"v": module_tree.VERSION}, "nn.Module structure unchanged"))
+
+
+def python_dunder(obj, name: str):
+    """The user-level (Python) implementation of a dunder on obj's type, or None."""
+    if isinstance(obj, torch.Tensor):
+        return None
+    fn = _class_attr(type(obj), name)
+    if type(fn) is types.FunctionType and _inlinable(fn):
+        return fn
+    return None
+
+
+def store_attr(interp, obj: Any, name: str, value: Any) -> None:
+    tracer = interp.tracer
+    if isinstance(obj, torch.Tensor):
+        tracer.graph_break(f"assignment to tensor attribute .{name}",
+                           "do it outside the compiled function")
+    setattr(obj, name, value)
+    tracer.mutated_attrs.add((id(obj), name))
+    src = tracer.source_of(obj)
+    if src is not None:
+        tracer.side_effects.store_attr(obj, src, name)
+        tracer.effects_visible = True
+
+
+def delete_attr(interp, obj: Any, name: str) -> None:
+    store_attr_like = interp.tracer
+    delattr(obj, name)
+    store_attr_like.mutated_attrs.add((id(obj), name))
+    src = store_attr_like.source_of(obj)
+    if src is not None:
+        store_attr_like.side_effects.store_attr(obj, src, name)
+        store_attr_like.effects_visible = True
+
+
+def _class_attr(cls: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
+
+
+# ---- calls --------------------------------------------------------------------------------------
+def interp_call(interp, fn: Any, args: tuple, kwargs: dict) -> Any:
+    t = type(fn)
+    if t is types.FunctionType:
+        if id(fn) in _disabled:
+            return _break_and_run(interp, fn, args, kwargs, f"{fn.__qualname__} is kiln.disable'd")
+        compiled = getattr(fn, "_kiln_compiled", None)
+        if compiled is not None:
+            return interp_call(interp, compiled.root_callable, args, kwargs)
+        if id(fn) in _allow_in_graph or not _inlinable(fn):
+            return native_call(interp, fn, args, kwargs)
+        return interp.call_function(fn, args, kwargs)
+    if t is types.MethodType:
+        return interp_call(interp, fn.__func__, (fn.__self__, *args), kwargs)
+    if isinstance(fn, torch.nn.Module):
+        return call_module(interp, fn, args, kwargs)
+    if t is functools.partial:
+        return interp_call(interp, fn.func, (*fn.args, *args), {**fn.keywords, **kwargs})
+    if isinstance(fn, type):
+        return call_class(interp, fn, args, kwargs)
+    if isinstance(fn, BUILTIN_TYPES):
+        return call_builtin(interp, fn, args, kwargs)
+    call = _class_attr(t, "__call__")
+    if type(call) is types.FunctionType and _inlinable(call):
+        return interp_call(interp, call, (fn, *args), kwargs)
+    return call_builtin(interp, fn, args, kwargs)
+
+
+def _inlinable(fn: types.FunctionType) -> bool:
+    mod = fn.__module__ or ""
+    if mod.startswith("kiln.") and not mod.startswith("kiln.tests"):
+        return False
+    return not _is_native_module(mod)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_native_module(mod: str) -> bool:
+    return any(mod == m or mod.startswith(m + ".") for m in NATIVE_PY_MODULES)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_library(mod: str) -> bool:
+    top = mod.split(".", 1)[0]
+    return top in ("torch", "math", "operator", "functools", "itertools", "collections",
+                   "typing", "dataclasses", "numpy", "builtins", "enum", "copy", "inspect",
+                   "warnings", "sys", "os", "re", "abc", "einops", "transformers")
+
+
+def native_call(interp, fn, args, kwargs):
+    result = fn(*args, **kwargs)
+    interp.tracer.sync_state()
+    return result
+
+
+def _break_and_run(interp, fn, args, kwargs, reason: str, hint: str = ""):
+    interp.tracer.graph_break(reason, hint)
+    return fn(*args, **kwargs)
+
+
+def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
+    tracer = interp.tracer
+    special = _SPECIAL.get(fn) if _hashable(fn) else None
+    if special is not None:
+        return special(interp, args, kwargs)
+    owner = getattr(fn, "__self__", None)
+    name = getattr(fn, "__name__", type(fn).__name__)
+    if isinstance(owner, CONTAINERS) and not isinstance(owner, type):
+        if name in MUTATING and tracer.recording:
+            tracer.mutated_objs.add(id(owner))
+            src = tracer.source_of(owner)
+            if src is not None:
+                tracer.side_effects.mutate_container(owner, src)
+                tracer.effects_visible = True
+        return fn(*_trampolines(interp, args), **kwargs)
+    if isinstance(owner, (str, bytes, tuple, int, float, frozenset, range, slice, torch.Size)):
+        return fn(*args, **kwargs)
+    if isinstance(owner, torch.Tensor):
+        return native_call(interp, fn, args, kwargs)
+    mod = getattr(fn, "__module__", None) or getattr(type(owner), "__module__", "") or ""
+    if _hashable(fn) and fn in PURE_BUILTINS or mod in PURE_MODULES:
+        return fn(*_trampolines(interp, args), **kwargs)
+    if mod.startswith("torch") or isinstance(owner, types.ModuleType) and owner.__name__.startswith(
+        "torch"
+    ):
+        if _stateful_torch(name):
+            return _break_and_run(interp, fn, args, kwargs,
+                                  f"torch.{name} changes global state a graph cannot replay")
+        return native_call(interp, fn, args, kwargs)
+    if isinstance(owner, type) and (owner.__module__ or "").startswith("torch"):
+        return native_call(interp, fn, args, kwargs)
+    return _break_and_run(
+        interp, fn, args, kwargs, f"call to {_describe(fn)}, which kiln does not model",
+        "wrap it with kiln.allow_in_graph if it is a pure tensor function, or call it outside "
+        "the compiled function",
+    )
+
+
+def _stateful_torch(name: str) -> bool:
+    if name in GRAD_STATE:
+        return False
+    return name.startswith(("set_", "_set_", "manual_seed", "seed")) or name in (
+        "use_deterministic_algorithms", "set_default_dtype", "set_rng_state",
+    )
+
+
+def _describe(fn) -> str:
+    mod = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return f"{mod}.{name}" if mod else name
+
+
+def _hashable(x) -> bool:
+    try:
+        hash(x)
+        return True
+    except TypeError:
+        return False
+
+
+def _trampolines(interp, args: tuple) -> tuple:
+    """Python functions handed to native builtins (sorted's key, map's function) still run on
+    kiln's interpreter, so what they read is guarded."""
+    if not any(type(a) is types.FunctionType or type(a) is types.MethodType for a in args):
+        return args
+    out = []
+    for a in args:
+        if type(a) in (types.FunctionType, types.MethodType):
+            f = a
+            out.append(lambda *x, _f=f, **k: interp_call(interp, _f, x, k))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def call_class(interp, cls: type, args: tuple, kwargs: dict) -> Any:
+    if cls is super and not args:
+        return _zero_arg_super(interp)
+    init = cls.__dict__.get("__init__") or _class_attr(cls, "__init__")
+    new = _class_attr(cls, "__new__")
+    user_class = (
+        type(init) is types.FunctionType
+        and _inlinable(init)
+        and new is object.__new__
+        and type(cls) is type
+        and not issubclass(cls, (torch.nn.Module, BaseException, torch.Tensor))
+    )
+    if user_class:
+        obj = object.__new__(cls)
+        interp_call(interp, init, (obj, *args), kwargs)
+        return obj
+    if issubclass(cls, torch.nn.Module):
+        from .. import logs
+
+        logs.log("perf_hints", f"an nn.Module ({cls.__qualname__}) is constructed inside a "
+                               "compiled function; its parameters become graph constants")
+    return native_call(interp, cls, _trampolines(interp, args), kwargs)
+
+
+def _zero_arg_super(interp):
+    frame = interp.frames[-1]
+    cell = frame.locals.get("__class__")
+    code = frame.code
+    if cell is None or code.co_argcount == 0:
+        raise RuntimeError("super(): no arguments")
+    first = frame.locals.get(code.co_varnames[0])
+    if isinstance(first, types.CellType):
+        first = first.cell_contents
+    return super(cell.cell_contents, first)
+
+
+# ---- modules ------------------------------------------------------------------------------------
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
+_mod_globals = None
+
+
+def call_module(interp, mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+    """`mod(*args)` as Module.__call__ runs it: pre-hooks, forward, forward hooks."""
+    tracer = interp.tracer
+    d = mod.__dict__
+    src = tracer.source_of(mod)
+    _guard_global_hooks(tracer)
+    if src is not None and tracer.recording:
+        check = " and ".join(f"not {{s}}.{h}" for h in _HOOK_DICTS)
+        if not any(d.get(h) for h in _HOOK_DICTS):
+            tracer.guards.add(G.Guard(src, "HOOKS", check, {}, "has no hooks"))
+        else:
+            for h in _HOOK_DICTS:
+                tracer.track(d.get(h), AttrSource(src, h))
+    if d.get("_backward_hooks") or d.get("_backward_pre_hooks"):
+        tracer.graph_break("module backward hooks are not supported inside a graph")
+    gm = torch.nn.modules.module
+    pre = [*gm._global_forward_pre_hooks.items(), *d.get("_forward_pre_hooks", {}).items()]
+    for hook_id, hook in pre:
+        if hook_id in d.get("_forward_pre_hooks_with_kwargs", ()):
+            result = interp_call(interp, hook, (mod, args, kwargs), {})
+            if result is not None:
+                args, kwargs = result
+        else:
+            result = interp_call(interp, hook, (mod, args), {})
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+    forward = load_attr(interp, mod, "forward")
+    out = interp_call(interp, forward, args, kwargs)
+    post = [*gm._global_forward_hooks.items(), *d.get("_forward_hooks", {}).items()]
+    for hook_id, hook in post:
+        if hook_id in d.get("_forward_hooks_with_kwargs", ()):
+            result = interp_call(interp, hook, (mod, args, kwargs, out), {})
+        else:
+            result = interp_call(interp, hook, (mod, args, out), {})
+        if result is not None:
+            out = result
+    return out
+
+
+def _guard_global_hooks(tracer) -> None:
+    if getattr(tracer, "_global_hooks_guarded", False) or not tracer.recording:
+        return
+    tracer._global_hooks_guarded = True
+    g = torch.nn.modules.module.__dict__
+    for name in ("_global_forward_pre_hooks", "_global_forward_hooks",
+                 "_global_backward_hooks", "_global_backward_pre_hooks"):
+        tracer.guards.add(G.Guard(GlobalSource(g, name, False), "HOOKS", "not {s}", {},
+                                  "no global module hooks"))
+
+
+# ---- builtins with interpreter semantics ------------------------------------------------------
+def _getattr(interp, args, kwargs):
+    if len(args) == 3:
+        try:
+            return load_attr(interp, args[0], args[1])
+        except AttributeError:
+            return args[2]
+    return load_attr(interp, args[0], args[1])
+
+
+def _hasattr(interp, args, kwargs):
+    try:
+        load_attr(interp, args[0], args[1])
+        return True
+    except AttributeError:
+        return False
+
+
+def _setattr(interp, args, kwargs):
+    store_attr(interp, args[0], args[1], args[2])
+
+
+def _delattr(interp, args, kwargs):
+    delete_attr(interp, args[0], args[1])
+
+
+def _print(interp, args, kwargs):
+    tracer = interp.tracer
+    if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
+        tracer.graph_break("print() of a tensor needs its values",
+                           "print outside the compiled function, or print metadata only")
+    elif tracer.recording:
+        if kwargs.get("file") is not None:
+            tracer.graph_break("print(file=...) writes to a stream kiln does not replay")
+        tracer.side_effects.print_call(args, dict(kwargs))
+        tracer.effects_visible = True
+    return print(*args, **kwargs)
+
+
+def _len(interp, args, kwargs):
+    fn = python_dunder(args[0], "__len__") if len(args) == 1 else None
+    if fn is not None:
+        n = interp_call(interp, fn, (args[0],), {})
+        if not isinstance(n, int):
+            raise TypeError(f"'{type(n).__name__}' object cannot be interpreted as an integer")
+        return n
+    return len(*args)
+
+
+def _iter(interp, args, kwargs):
+    fn = python_dunder(args[0], "__iter__") if len(args) == 1 else None
+    return iter(interp_call(interp, fn, (args[0],), {})) if fn else iter(*args)
+
+
+_SPECIAL = {
+    builtins.getattr: _getattr,
+    builtins.hasattr: _hasattr,
+    builtins.setattr: _setattr,
+    builtins.delattr: _delattr,
+    builtins.print: _print,
+    builtins.len: _len,
+    builtins.iter: _iter,
+}
+
+# math/operator/itertools are pure; keep linters aware they are referenced deliberately
+_ = (math, operator, itertools)
+
+
+def mark_disabled(fn):
+    _disabled.add(id(getattr(fn, "__func__", fn)))
+    return fn
+
+
+def mark_allow_in_graph(fn):
+    _allow_in_graph.add(id(fn))
+    return fn

@@ -1,0 +1,192 @@
+"""Guards: the facts a trace relied on, and the one Python function that checks them all.
+
+Takes (source, fact) pairs recorded while tracing; gives a boolean Python expression per guard,
+joined into the check at the head of each cache entry's generated entry function (see
+residual.py), plus `explain_failure`, which names the first guard that no longer holds and
+the value that broke it (what `KILN_LOGS=recompiles` prints).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .sources import Namer, Source
+
+# Values guarded by equality: immutable, cheap to compare, printable.
+CONSTANT_TYPES = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    type(Ellipsis),
+    type(NotImplemented),
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+    torch.Size,
+    range,
+    slice,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Guard:
+    """One fact: `check` is a format string over `{s}` (the source expression) and named
+    held objects; `text` is what a person reads."""
+
+    source: Source | None
+    kind: str
+    check: str
+    held: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
+    other: Source | None = None  # a second source, `{o}` in the check
+
+    def expr(self, namer: Namer) -> str:
+        names = {k: namer.const(v) for k, v in self.held.items()}
+        s = self.source.expr(namer) if self.source is not None else ""
+        o = self.other.expr(namer) if self.other is not None else ""
+        return self.check.format(s=s, o=o, **names)
+
+    def describe(self) -> str:
+        where = self.source.describe() if self.source is not None else "global state"
+        return f"{where}: {self.text or self.kind}"
+
+    def key(self) -> tuple:
+        src = self.source.describe() if self.source is not None else ""
+        other = self.other.describe() if self.other is not None else ""
+        return (self.kind, src, other, self.check, tuple(id(v) for v in self.held.values()))
+
+
+def type_guard(source: Source, value: Any) -> Guard:
+    t = type(value)
+    return Guard(source, "TYPE", "type({s}) is {t}", {"t": t}, f"type is {t.__qualname__}")
+
+
+def id_guard(source: Source, value: Any) -> Guard:
+    return Guard(source, "ID", "{s} is {v}", {"v": value}, f"is the same object ({_short(value)})")
+
+
+def same_guard(source: Source, other: Source) -> Guard:
+    return Guard(source, "SAME", "{s} is {o}", {}, f"is the same object as {other}", other)
+
+
+def constant_guard(source: Source, value: Any) -> Guard:
+    if value is None or isinstance(value, bool):
+        return Guard(source, "CONST", "{s} is " + repr(value), {}, f"is {value!r}")
+    if isinstance(value, torch.dtype):
+        return Guard(source, "CONST", "{s} is {v}", {"v": value}, f"is {value}")
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        check = "type({s}) is float and " + (
+            "{s} != {s}" if math.isnan(value) else "{s} == {v}"
+        )
+        return Guard(source, "CONST", check, {"v": value}, f"== {value!r}")
+    literal = repr(value)
+    if type(value) in (int, str, float) and len(literal) < 80:
+        escaped = literal.replace("{", "{{").replace("}", "}}")
+        check = f"type({{s}}) is {type(value).__name__} and {{s}} == {escaped}"
+        return Guard(source, "CONST", check, {}, f"== {literal}")
+    return Guard(
+        source, "CONST", "type({s}) is {t} and {s} == {v}", {"t": type(value), "v": value},
+        f"== {value!r:.60}",
+    )
+
+
+def len_guard(source: Source, value: Any) -> Guard:
+    n = len(value)
+    return Guard(
+        source, "LEN", "type({s}) is {t} and len({s}) == " + str(n), {"t": type(value)},
+        f"is a {type(value).__name__} of length {n}",
+    )
+
+
+def keys_guard(source: Source, value: dict) -> Guard:
+    keys = tuple(value.keys())
+    return Guard(
+        source, "KEYS", "type({s}) is {t} and tuple({s}) == {k}", {"t": type(value), "k": keys},
+        f"is a {type(value).__name__} with keys {list(keys)!r:.80}",
+    )
+
+
+def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
+    """Type, dtype, device, sizes, strides and requires_grad of a tensor, in one check."""
+    shape, stride = tuple(t.shape), tuple(t.stride())
+    check = (
+        "type({s}) is {t} and {s}.dtype is {d} and {s}.device == {dev} and "
+        f"{{s}}.shape == {shape!r} and {{s}}.stride() == {stride!r} and "
+        f"{{s}}.requires_grad is {t.requires_grad!r}"
+    )
+    text = (
+        f"{type(t).__name__}(dtype={t.dtype}, device={t.device}, shape={list(shape)}, "
+        f"stride={list(stride)}, requires_grad={t.requires_grad})"
+    )
+    return Guard(source, "TENSOR", check, {"t": type(t), "d": t.dtype, "dev": t.device}, text)
+
+
+def not_in_guard(source: Source, name: str) -> Guard:
+    return Guard(source, "NOT_IN", f"{name!r} not in {{s}}", {}, f"has no {name!r} (a builtin)")
+
+
+def state_guard(label: str, fn: Any, value: Any) -> Guard:
+    """A global fact (grad mode, autocast), read by calling `fn()`."""
+    return Guard(None, "STATE", "{f}() == {v}", {"f": fn, "v": value}, f"{label} == {value!r}")
+
+
+def _short(value: Any) -> str:
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    return name if isinstance(name, str) else type(value).__name__
+
+
+class GuardSet:
+    """Guards of one trace, deduplicated, in the order they were first relied on."""
+
+    def __init__(self) -> None:
+        self.guards: list[Guard] = []
+        self._keys: set[tuple] = set()
+
+    def add(self, guard: Guard) -> None:
+        k = guard.key()
+        if k not in self._keys:
+            self._keys.add(k)
+            self.guards.append(guard)
+
+    def exprs(self, namer: Namer) -> list[str]:
+        return [g.expr(namer) for g in self.guards]
+
+    def describe(self) -> str:
+        return "\n".join(f"  {g.describe()}" for g in self.guards)
+
+
+def explain_failure(guards: list[Guard], namer: Namer, params: str, args, kwargs) -> str | None:
+    """Evaluate guards one by one on a call's arguments; describe the first that fails."""
+    for g in guards:
+        src = f"def ___probe({params}):\n    return ({g.expr(namer)}), "
+        value_expr = g.source.expr(namer) if g.source is not None else "None"
+        src += f"{value_expr}\n"
+        scope = dict(namer.namespace)
+        try:
+            exec(src, scope)
+            ok, value = scope["___probe"](*args, **kwargs)
+        except Exception as e:  # a missing attribute or index is itself the failure
+            return f"{g.describe()} -- evaluating it raised {type(e).__name__}: {e}"
+        if not ok:
+            return f"{g.describe()} -- now {_show(value)}"
+    return None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return (
+            f"{type(value).__name__}(dtype={value.dtype}, device={value.device}, "
+            f"shape={list(value.shape)}, stride={list(value.stride())}, "
+            f"requires_grad={value.requires_grad})"
+        )
+    text = repr(value)
+    return text if len(text) < 120 else text[:117] + "..."

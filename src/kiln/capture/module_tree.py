@@ -1,0 +1,30 @@
+"""A process-wide version number of every nn.Module's structure.
+
+Takes nothing; gives `VERSION[0]`, bumped whenever any module registers a parameter, buffer or
+submodule (assignment, `register_*`, `add_module`; torch's global registration hooks). A trace
+that reached parameters and submodules through module attributes guards on this one number
+instead of re-walking `self.layers[3].attn.proj.weight` on every call: while it is unchanged,
+every such path still leads to the same object, so the residual holds the objects themselves.
+"""
+
+from __future__ import annotations
+
+import torch.nn.modules.module as _module
+
+VERSION = [0]
+_installed = False
+
+
+def _bump(*_args):
+    VERSION[0] += 1
+    return None
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _module.register_module_parameter_registration_hook(_bump)
+    _module.register_module_buffer_registration_hook(_bump)
+    _module.register_module_module_registration_hook(_bump)
+    _installed = True

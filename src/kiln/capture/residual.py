@@ -1,0 +1,246 @@
+"""The residual program: the generated Python function a cache entry runs on later calls.
+
+Takes a finished trace (graph, placeholders with sources, guards, side effects, the traced
+call's return value); gives one function with the compiled callable's signature that checks
+every guard, fetches the graph inputs through their sources, calls the compiled graph, replays
+side effects and rebuilds the return value. It is source code: printable (`KILN_LOGS=guards`)
+and cheap to call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import types
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .guards import CONSTANT_TYPES
+from .sources import Namer
+
+MISS = type("Miss", (), {"__repr__": lambda self: "MISS"})()
+
+
+class NotRebuildable(Exception):
+    """A value the residual cannot reproduce on a later call (reason in the message)."""
+
+
+class Rebuilder:
+    """Writes an expression that rebuilds a value from graph outputs, sources and constants."""
+
+    def __init__(self, tracer, namer: Namer) -> None:
+        self.tracer = tracer
+        self.namer = namer
+        self.outputs: list[fx.Node] = []
+        self._out_index: dict[fx.Node, int] = {}
+
+    def output_of(self, node: fx.Node) -> str:
+        if node not in self._out_index:
+            self._out_index[node] = len(self.outputs)
+            self.outputs.append(node)
+        return f"___o[{self._out_index[node]}]"
+
+    def expr(self, value: Any, depth: int = 0) -> str:
+        if depth > 50:
+            raise NotRebuildable("the value is nested too deeply")
+        tracer = self.tracer
+        if isinstance(value, torch.Tensor):
+            node = tracer.tensor_nodes.get(id(value))
+            if node is None:
+                src = tracer.source_of(value)
+                if src is not None:
+                    return src.expr(self.namer)
+                raise NotRebuildable("a tensor that no traced operation produced")
+            if node.op == "placeholder":
+                src = tracer.source_of(value)
+                return src.expr(self.namer)
+            if node.op == "get_attr":
+                return self.namer.const(value)
+            return self.output_of(node)
+        if value is None or type(value) in (bool, int, str):
+            return repr(value)
+        if type(value) is float:
+            return repr(value) if math.isfinite(value) else self.namer.const(value)
+        if isinstance(value, CONSTANT_TYPES):
+            return self.namer.const(value)
+        src = tracer.source_of(value)
+        if src is not None:
+            return src.expr(self.namer)
+        t = type(value)
+        if t is list:
+            return "[" + ", ".join(self.expr(v, depth + 1) for v in value) + "]"
+        if t is tuple:
+            inner = ", ".join(self.expr(v, depth + 1) for v in value)
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        if t is dict:
+            return "{" + ", ".join(
+                f"{self.expr(k, depth + 1)}: {self.expr(v, depth + 1)}" for k, v in value.items()
+            ) + "}"
+        if t in (set, frozenset):
+            inner = ", ".join(self.expr(v, depth + 1) for v in value)
+            return f"{self.namer.const(t)}([{inner}])"
+        if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
+            inner = ", ".join(self.expr(v, depth + 1) for v in value)
+            return f"{self.namer.const(t)}({inner})"
+        if isinstance(value, tuple) and t.__module__.startswith("torch.return_types"):
+            inner = ", ".join(self.expr(v, depth + 1) for v in value)
+            return f"{self.namer.const(t)}(({inner},))"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return self._dataclass(value, depth)
+        if isinstance(value, dict):  # OrderedDict and friends
+            items = ", ".join(
+                f"({self.expr(k, depth + 1)}, {self.expr(v, depth + 1)})" for k, v in value.items()
+            )
+            return f"{self.namer.const(t)}([{items}])"
+        if isinstance(value, (types.FunctionType, types.MethodType)):
+            if isinstance(value, types.FunctionType) and not value.__closure__ and id(
+                value
+            ) not in {id(k) for k in tracer.keepalive}:
+                return self.namer.const(value)
+            raise NotRebuildable(f"a function created inside the compiled frame ({value!r:.60})")
+        if isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType)):
+            return self.namer.const(value)
+        if isinstance(value, torch.nn.Module):
+            return self.namer.const(value)
+        if hasattr(value, "__dict__") and not hasattr(t, "__slots__"):
+            fields = ", ".join(
+                f"{k!r}: {self.expr(v, depth + 1)}" for k, v in vars(value).items()
+            )
+            return f"___rebuild_object({self.namer.const(t)}, {{{fields}}})"
+        raise NotRebuildable(f"a {t.__qualname__} object made inside the compiled frame")
+
+    def _dataclass(self, value, depth: int) -> str:
+        t = type(value)
+        init_fields = [f for f in dataclasses.fields(value) if f.init]
+        if isinstance(value, dict):  # transformers' ModelOutput: a dict and a dataclass at once
+            kw = ", ".join(
+                f"{k}={self.expr(v, depth + 1)}" for k, v in value.items()
+            )
+            return f"{self.namer.const(t)}({kw})"
+        state = {k: v for k, v in vars(value).items()}
+        if set(state) == {f.name for f in init_fields}:
+            fields = ", ".join(f"{k!r}: {self.expr(v, depth + 1)}" for k, v in state.items())
+            return f"___rebuild_object({self.namer.const(t)}, {{{fields}}})"
+        raise NotRebuildable(f"dataclass {t.__qualname__} with state beyond its fields")
+
+
+def rebuild_object(cls, state: dict):
+    obj = object.__new__(cls)
+    obj.__dict__.update(state)
+    return obj
+
+
+def side_effect_lines(tracer, rb: Rebuilder) -> list[str]:
+    lines = []
+    namer = rb.namer
+    for eff in tracer.side_effects.effects:
+        if eff.kind == "attr":
+            target = eff.source.expr(namer)
+            if hasattr(eff.target, eff.name):
+                value = rb.expr(getattr(eff.target, eff.name))
+                lines.append(f"setattr({target}, {eff.name!r}, {value})")
+            else:
+                lines.append(f"if hasattr({target}, {eff.name!r}): delattr({target}, {eff.name!r})")
+        elif eff.kind == "container":
+            target = eff.source.expr(namer)
+            obj = eff.target
+            if isinstance(obj, list):
+                lines.append(f"{target}[:] = {rb.expr(list(obj))}")
+            elif isinstance(obj, dict):
+                items = ", ".join(f"({rb.expr(k)}, {rb.expr(v)})" for k, v in obj.items())
+                lines.append(f"___d = {target}; ___d.clear(); ___d.update([{items}])")
+            elif isinstance(obj, set):
+                lines.append(f"___s = {target}; ___s.clear(); ___s.update({rb.expr(list(obj))})")
+            else:
+                raise NotRebuildable(f"mutation of a {type(obj).__name__} from outside")
+        elif eff.kind == "global":
+            g = namer.const(eff.target, "g")
+            if eff.name in eff.target:
+                lines.append(f"{g}[{eff.name!r}] = {rb.expr(eff.target[eff.name])}")
+            else:
+                lines.append(f"{g}.pop({eff.name!r}, None)")
+        elif eff.kind == "cell":
+            cell = namer.const(eff.target, "cell")
+            lines.append(f"{cell}.cell_contents = {rb.expr(eff.target.cell_contents)}")
+        elif eff.kind == "print":
+            args = ", ".join(rb.expr(a) for a in eff.args)
+            kw = ", ".join(f"{k}={rb.expr(v)}" for k, v in eff.kwargs.items())
+            lines.append(f"print({', '.join(x for x in (args, kw) if x)})")
+    return lines
+
+
+def signature_text(sig: inspect.Signature) -> tuple[str, str, tuple, dict]:
+    """Parameters of the entry function (no defaults written: they are assigned after),
+    the call that forwards them, and the defaults to set."""
+    parts, call = [], []
+    defaults: list = []
+    kwdefaults: dict = {}
+    seen_posonly = False
+    star = False
+    P = inspect.Parameter
+    params = list(sig.parameters.values())
+    for i, p in enumerate(params):
+        if p.kind is P.POSITIONAL_ONLY:
+            seen_posonly = True
+        elif seen_posonly:
+            parts.append("/")
+            seen_posonly = False
+        if p.kind is P.VAR_POSITIONAL:
+            parts.append(f"*{p.name}")
+            star = True
+        elif p.kind is P.VAR_KEYWORD:
+            parts.append(f"**{p.name}")
+        elif p.kind is P.KEYWORD_ONLY:
+            if not star:
+                parts.append("*")
+                star = True
+            parts.append(p.name)
+            if p.default is not P.empty:
+                kwdefaults[p.name] = p.default
+        else:
+            parts.append(p.name)
+            if p.default is not P.empty:
+                defaults.append(p.default)
+    if seen_posonly:
+        parts.append("/")
+    for p in params:
+        if p.kind is P.VAR_POSITIONAL:
+            call.append(f"*{p.name}")
+        elif p.kind is P.VAR_KEYWORD:
+            call.append(f"**{p.name}")
+        elif p.kind is P.KEYWORD_ONLY:
+            call.append(f"{p.name}={p.name}")
+        else:
+            call.append(p.name)
+    return ", ".join(parts), ", ".join(call), tuple(defaults), kwdefaults
+
+
+def build_entry(params: str, defaults: tuple, kwdefaults: dict, guard_exprs: list[str],
+                input_exprs: list[str], has_graph: bool, effect_lines: list[str],
+                result_expr: str, namer: Namer, name: str) -> tuple[types.FunctionType, str]:
+    guard = " and\n            ".join(f"({g})" for g in guard_exprs) or "True"
+    lines = [
+        f"def {name}({params}):",
+        "    try:",
+        f"        if not ({guard}):",
+        "            return ___MISS",
+        "    except Exception:",
+        "        return ___MISS",
+    ]
+    if has_graph:
+        lines.append(f"    ___o = ___graph({', '.join(input_exprs)})")
+    lines += [f"    {line}" for line in effect_lines]
+    lines.append(f"    return {result_expr}")
+    source = "\n".join(lines) + "\n"
+    scope = dict(namer.namespace)
+    scope["___MISS"] = MISS
+    scope["___rebuild_object"] = rebuild_object
+    code = compile(source, f"<kiln entry {name}>", "exec")
+    exec(code, scope)
+    fn = scope[name]
+    fn.__defaults__ = defaults or None
+    fn.__kwdefaults__ = kwdefaults or None
+    return fn, source

@@ -1,0 +1,141 @@
+"""What a torch call is, for the recorder: a graph op, a metadata read, a data read, or a call
+the graph cannot hold; and which FX node stands for it.
+
+Takes the `func` a TorchFunctionMode receives (a torch function, a Tensor method, an operator
+dunder, a property getter); gives its kind and a readable node target (`operator.add` for
+`Tensor.__add__`, `call_method("view")` for `Tensor.view`, `getattr(x, "T")` for a property).
+Routing is generic: any torch function is a graph op unless a table here says otherwise.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+# Reads that depend only on sizes, strides, dtype, device and flags: answered, never recorded.
+METADATA = {
+    "size", "dim", "ndimension", "stride", "numel", "nelement", "is_contiguous",
+    "is_floating_point", "is_complex", "is_signed", "element_size", "storage_offset",
+    "get_device", "__len__", "is_leaf", "requires_grad", "shape", "dtype", "device", "ndim",
+    "layout", "is_cuda", "is_cpu", "is_sparse", "is_quantized", "is_meta", "is_mkldnn",
+    "is_nested", "names", "has_names", "is_inference", "__hash__", "grad_fn", "output_nr",
+    "is_tensor", "is_nonzero_size", "is_mps", "is_xpu", "itemsize", "nbytes", "is_mkldnn",
+    "_is_view", "is_conj", "is_neg", "__instancecheck__", "type_as_str", "__dir__",
+    "is_same_size", "get_default_dtype", "is_grad_enabled", "is_autocast_enabled",
+}
+
+# Calls that turn tensor data into Python values: a graph cannot hold them (a graph break).
+DATA = {
+    "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__complex__", "numpy",
+    "__array__", "equal", "allclose", "is_nonzero", "data_ptr", "__repr__", "__str__",
+    "__format__", "__contains__", "_local_scalar_dense",
+}
+
+# Calls with effects a graph cannot replay.
+UNSUPPORTED = {
+    "backward", "register_hook", "retain_grad", "grad", "untyped_storage", "storage",
+    "record_stream", "__deepcopy__", "__reduce_ex__", "__setstate__", "__getstate__",
+    "register_post_accumulate_grad_hook", "__set__", "__delete__", "_base", "share_memory_",
+}
+
+MUTATION = {"__setitem__"}
+
+BINARY = {
+    "__add__": operator.add, "__sub__": operator.sub, "__mul__": operator.mul,
+    "__truediv__": operator.truediv, "__floordiv__": operator.floordiv, "__mod__": operator.mod,
+    "__pow__": operator.pow, "__matmul__": operator.matmul, "__and__": operator.and_,
+    "__or__": operator.or_, "__xor__": operator.xor, "__lshift__": operator.lshift,
+    "__rshift__": operator.rshift, "__eq__": operator.eq, "__ne__": operator.ne,
+    "__lt__": operator.lt, "__le__": operator.le, "__gt__": operator.gt, "__ge__": operator.ge,
+    "__getitem__": operator.getitem, "__setitem__": operator.setitem,
+    "__iadd__": operator.iadd, "__isub__": operator.isub, "__imul__": operator.imul,
+    "__itruediv__": operator.itruediv, "__ifloordiv__": operator.ifloordiv,
+    "__imod__": operator.imod, "__ipow__": operator.ipow, "__iand__": operator.iand,
+    "__ior__": operator.ior, "__ixor__": operator.ixor, "__imatmul__": operator.imatmul,
+    "__ilshift__": operator.ilshift, "__irshift__": operator.irshift,
+}
+REFLECTED = {
+    "__radd__": operator.add, "__rsub__": operator.sub, "__rmul__": operator.mul,
+    "__rtruediv__": operator.truediv, "__rfloordiv__": operator.floordiv,
+    "__rmod__": operator.mod, "__rpow__": operator.pow, "__rmatmul__": operator.matmul,
+    "__rand__": operator.and_, "__ror__": operator.or_, "__rxor__": operator.xor,
+    "__rlshift__": operator.lshift, "__rrshift__": operator.rshift,
+}
+UNARY = {
+    "__neg__": operator.neg, "__pos__": operator.pos, "__invert__": operator.invert,
+    "__abs__": operator.abs,
+}
+
+_cache: dict[Any, tuple[str, str]] = {}
+
+
+def func_name(func) -> tuple[str, bool]:
+    """The name a person knows the call by, and whether it is a property getter."""
+    name = getattr(func, "__name__", None) or type(func).__name__
+    if name == "__get__" and hasattr(func, "__self__"):
+        return getattr(func.__self__, "__name__", name), True
+    return name, False
+
+
+def classify_torch_call(func) -> tuple[str, str]:
+    try:
+        hit = _cache.get(func)
+    except TypeError:
+        hit = None
+    if hit is not None:
+        return hit
+    name, getter = func_name(func)
+    if name in METADATA:
+        kind = "metadata"
+    elif name in DATA:
+        kind = "data"
+    elif name in UNSUPPORTED:
+        kind = "unsupported"
+    elif name in MUTATION:
+        kind = "mutation"
+    elif name == "__iter__":
+        kind = "iter"
+    else:
+        kind = "call"
+    label = f"Tensor.{name}" if _is_tensor_method(func, name) or getter else _qualified(func)
+    result = (kind, label)
+    if not getter:
+        try:
+            _cache[func] = result
+        except TypeError:
+            pass
+    return result
+
+
+def node_target(func, label: str, args: tuple, kwargs: dict):
+    """(op, target, args, kwargs) of the FX node for a recorded call."""
+    name, getter = func_name(func)
+    if getter:
+        return "call_function", getattr, (args[0], name), {}
+    if name in BINARY and len(args) == 2 and not kwargs:
+        return "call_function", BINARY[name], args, {}
+    if name in REFLECTED and len(args) == 2 and not kwargs:
+        return "call_function", REFLECTED[name], (args[1], args[0]), {}
+    if name in UNARY and len(args) == 1 and not kwargs:
+        return "call_function", UNARY[name], args, {}
+    if _is_tensor_method(func, name) and args:
+        return "call_method", name, args, kwargs
+    return "call_function", func, args, kwargs
+
+
+def _is_tensor_method(func, name: str) -> bool:
+    for cls in (torch.Tensor, torch._C.TensorBase):
+        if cls.__dict__.get(name) is func:
+            return True
+    qual = getattr(func, "__qualname__", "")
+    return qual.startswith(("Tensor.", "TensorBase.", "_TensorBase."))
+
+
+def _qualified(func) -> str:
+    mod = getattr(func, "__module__", None) or ""
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+    if mod.startswith("torch._C._nn"):
+        mod = "torch.nn.functional"
+    return f"{mod}.{name}" if mod else name

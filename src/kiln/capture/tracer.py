@@ -1,0 +1,325 @@
+"""The recording side of a trace: an FX graph of torch-level calls over real tensors.
+
+Takes the torch calls a traced frame makes (every one, through a TorchFunctionMode, whether the
+interpreter or native code made it) and the values the interpreter reads from outside the frame;
+gives the FX graph, its placeholders (each with the source it is fetched from), the guards, and
+the side-effect log. Each torch call runs for real, so every value is eager's exactly; the mode
+only adds a node per call. A call the graph cannot hold (a Python value read off tensor data,
+say) is a graph break: the trace goes on concretely, so the call still finishes correctly.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from . import guards as G
+from .errors import FullgraphBreak
+from .side_effects import SideEffects
+from .sources import AttrSource, ConstSource, Source
+from .torch_calls import classify_torch_call, node_target
+
+_TENSOR_META_NAMES = {"requires_grad"}
+
+
+@dataclass
+class Break:
+    reason: str
+    hint: str
+    where: str
+
+
+class RecordingMode(TorchFunctionMode):
+    def __init__(self, tracer: "Tracer") -> None:
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return self.tracer.on_torch_call(func, args, kwargs or {})
+
+
+class Tracer:
+    def __init__(self, options, location_fn) -> None:
+        self.options = options
+        self.graph = fx.Graph()
+        self.tensor_nodes: dict[int, fx.Node] = {}
+        self.keepalive: list[Any] = []
+        self.placeholders: list[tuple[Source, torch.Tensor, fx.Node]] = []
+        self.sources: dict[int, tuple[Any, Source]] = {}
+        self.guards = G.GuardSet()
+        self.side_effects = SideEffects()
+        self.constants: dict[str, torch.Tensor] = {}
+        self.broken: Break | None = None
+        self.effects_visible = False
+        self.location_fn = location_fn
+        self.mode = RecordingMode(self)
+        self.inner_cells: set[int] = set()
+        self.mutated_attrs: set[tuple[int, str]] = set()
+        self.mutated_objs: set[int] = set()
+        self._names: set[str] = set()
+        self.grad_enabled = torch.is_grad_enabled()
+        self.guards.add(G.state_guard("torch.is_grad_enabled()", torch.is_grad_enabled,
+                                      self.grad_enabled))
+        self.autocast = _autocast_state()
+        for dev, state in self.autocast.items():
+            self.guards.add(G.state_guard(f"autocast state of {dev}",
+                                          _AUTOCAST_READERS[dev], state))
+
+    # ---- breaks -------------------------------------------------------------------------------
+    def graph_break(self, reason: str, hint: str = "") -> None:
+        where = self.location_fn()
+        if self.options.fullgraph:
+            msg = f"graph break under fullgraph=True\n  at {where}\n  reason: {reason}"
+            if hint:
+                msg += f"\n  hint: {hint}"
+            raise FullgraphBreak(msg)
+        if self.broken is None:
+            self.broken = Break(reason, hint, where)
+
+    @property
+    def recording(self) -> bool:
+        return self.broken is None
+
+    # ---- values from outside the frame --------------------------------------------------------
+    def track(self, value: Any, source: Source, depth: int = 0) -> None:
+        """Register that `value` was read from `source`: guard it, lift tensors to inputs."""
+        if not self.recording:
+            return
+        if isinstance(value, torch.Tensor):
+            self._track_tensor(value, source)
+            return
+        if isinstance(value, G.CONSTANT_TYPES) and type(value) is not torch.Size or (
+            type(value) is torch.Size
+        ):
+            self.guards.add(G.constant_guard(source, value))
+            return
+        seen = self.sources.get(id(value))
+        if seen is not None:
+            if seen[1] is not source and seen[1].describe() != source.describe():
+                self.guards.add(G.same_guard(source, seen[1]))
+            return
+        self.sources[id(value)] = (value, source)
+        if depth > 6:
+            self.guards.add(G.id_guard(source, value))
+            return
+        if isinstance(value, tuple) and type(value) is not tuple and hasattr(value, "_fields"):
+            self.guards.add(G.len_guard(source, value))
+            for i, item in enumerate(value):
+                self.track(item, _item(source, i), depth + 1)
+        elif type(value) is tuple and all(type(v) in (int, str, bool, float) for v in value):
+            self.guards.add(G.constant_guard(source, value))
+        elif type(value) in (list, tuple):
+            self.guards.add(G.len_guard(source, value))
+            for i, item in enumerate(value):
+                self.track(item, _item(source, i), depth + 1)
+        elif type(value) is dict and all(isinstance(k, (str, int)) for k in value):
+            self.guards.add(G.keys_guard(source, value))
+            for k, item in value.items():
+                self.track(item, _item(source, k), depth + 1)
+        elif type(value) in (set, frozenset) and all(
+            isinstance(v, G.CONSTANT_TYPES) for v in value
+        ):
+            self.guards.add(G.constant_guard(source, value))
+        elif _identity_matters(value):
+            if not isinstance(source, ConstSource):
+                self.guards.add(G.id_guard(source, value))
+        else:
+            self.guards.add(G.type_guard(source, value))
+
+    def source_of(self, value: Any) -> Source | None:
+        seen = self.sources.get(id(value))
+        return seen[1] if seen is not None and seen[0] is value else None
+
+    def _track_tensor(self, t: torch.Tensor, source: Source) -> None:
+        seen = self.sources.get(id(t))
+        if seen is not None:
+            if seen[1].describe() != source.describe():
+                self.guards.add(G.same_guard(source, seen[1]))
+            return
+        self.sources[id(t)] = (t, source)
+        self.keepalive.append(t)
+        if id(t) in self.tensor_nodes:  # made by this graph, read back through an outside path
+            return
+        name = self._fresh(_sanitize(source.describe()))
+        anchor = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        if anchor is None:
+            node = self.graph.placeholder(name)
+        else:
+            with self.graph.inserting_before(anchor):
+                node = self.graph.placeholder(name)
+        node.meta["example_value"] = _meta(t)
+        node.meta["source"] = source.describe()
+        self.tensor_nodes[id(t)] = node
+        self.placeholders.append((source, t, node))
+        self.guards.add(G.tensor_guard(source, t))
+
+    def _fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self._names:
+            name, k = f"{base}_{k}", k + 1
+        self._names.add(name)
+        return name
+
+    # ---- torch calls --------------------------------------------------------------------------
+    def on_torch_call(self, func, args, kwargs):
+        if not self.recording:
+            return func(*args, **kwargs)
+        kind, name = classify_torch_call(func)
+        if kind == "metadata":
+            return func(*args, **kwargs)
+        if kind == "iter":  # `for row in x`: iterate a recorded unbind, not an opaque iterator
+            return iter(self.on_torch_call(torch.Tensor.unbind, (args[0],), {}))
+        if kind == "data":
+            self.graph_break(
+                f"{name}() reads a Python value out of a tensor's data",
+                "keep the value as a tensor (e.g. torch.where instead of `if`), or move this "
+                "code out of the compiled function",
+            )
+            return func(*args, **kwargs)
+        if kind == "unsupported":
+            self.graph_break(f"{name} cannot be recorded in a graph ({_why(name)})")
+            return func(*args, **kwargs)
+        flat, _ = tree_flatten((args, kwargs))
+        node_args = tree_map(self._as_arg, (args, kwargs))
+        out = func(*args, **kwargs)
+        out_flat, _ = tree_flatten(out)
+        if kind == "mutation" or any(isinstance(a, torch.Tensor) and a is out for a in flat):
+            self.effects_visible = True
+        elif name.endswith("_") and not name.startswith("_") or "out" in kwargs:
+            self.effects_visible = True
+        has_tensor_out = any(isinstance(o, torch.Tensor) for o in out_flat)
+        if not has_tensor_out and kind != "mutation":
+            self.graph_break(
+                f"{name} returned a Python value ({type(out).__name__}) computed from tensors",
+                "keep the value as a tensor, or move this code out of the compiled function",
+            )
+            return out
+        op, target, a, k = node_target(func, name, *node_args)
+        node = self.graph.create_node(op, target, tuple(a), dict(k))
+        self._bind_outputs(out, node)
+        return out
+
+    def _as_arg(self, value):
+        if isinstance(value, torch.Tensor):
+            node = self.tensor_nodes.get(id(value))
+            if node is None:
+                return self._lift_constant(value)
+            return node
+        return value
+
+    def _lift_constant(self, t: torch.Tensor) -> fx.Node:
+        name = self._fresh(f"_tensor_constant{len(self.constants)}")
+        self.constants[name] = t
+        node = self.graph.get_attr(name)
+        node.meta["example_value"] = _meta(t)
+        self.tensor_nodes[id(t)] = node
+        self.keepalive.append(t)
+        from .. import logs
+
+        logs.log(
+            "perf_hints",
+            f"a tensor with no traced origin ({list(t.shape)}, {t.dtype}) became a graph "
+            f"constant at {self.location_fn()}",
+        )
+        return node
+
+    def _bind_outputs(self, out, node: fx.Node) -> None:
+        if isinstance(out, torch.Tensor):
+            node.meta["example_value"] = _meta(out)
+            self.tensor_nodes[id(out)] = node
+            self.keepalive.append(out)
+        elif isinstance(out, (tuple, list)):
+            for i, item in enumerate(out):
+                if isinstance(item, torch.Tensor):
+                    sub = self.graph.call_function(operator.getitem, (node, i))
+                    self._bind_outputs(item, sub)
+
+    def node_of(self, t: torch.Tensor) -> fx.Node:
+        return self._as_arg(t)
+
+    # ---- global state (grad mode, autocast) ---------------------------------------------------
+    def sync_state(self) -> None:
+        """After a native call: record a change of grad mode or autocast it made."""
+        if not self.recording:
+            return
+        grad = torch.is_grad_enabled()
+        if grad != self.grad_enabled:
+            self.graph.call_function(torch._C._set_grad_enabled, (grad,))
+            self.grad_enabled = grad
+        state = _autocast_state()
+        for dev, now in state.items():
+            if now != self.autocast[dev]:
+                self.graph.call_function(set_autocast, (dev, now[0], now[1]))
+        self.autocast = state
+
+
+def set_autocast(device: str, enabled: bool, dtype: torch.dtype) -> None:
+    """Graph node for entering/leaving autocast: set the state and keep its cache honest."""
+    was = torch.is_autocast_enabled(device)
+    torch.set_autocast_dtype(device, dtype)
+    if enabled and not was:
+        torch.autocast_increment_nesting()
+    torch.set_autocast_enabled(device, enabled)
+    if was and not enabled and torch.autocast_decrement_nesting() == 0:
+        torch.clear_autocast_cache()
+
+
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+_AUTOCAST_READERS = {
+    dev: (lambda d=dev: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)))
+    for dev in _AUTOCAST_DEVICES
+}
+
+
+def _autocast_state() -> dict[str, tuple[bool, torch.dtype]]:
+    return {dev: _AUTOCAST_READERS[dev]() for dev in _AUTOCAST_DEVICES}
+
+
+def _why(name: str) -> str:
+    return "it changes state outside the tensors it is given"
+
+
+def _item(source: Source, key) -> Source:
+    from .sources import ItemSource
+
+    return ItemSource(source, key)
+
+
+def _identity_matters(value: Any) -> bool:
+    import types
+
+    return isinstance(
+        value,
+        (
+            torch.nn.Module,
+            types.FunctionType,
+            types.BuiltinFunctionType,
+            types.MethodType,
+            types.ModuleType,
+            type,
+            types.CellType,
+        ),
+    ) or callable(value) and not hasattr(value, "__dict__")
+
+
+def _sanitize(text: str) -> str:
+    s = re.sub(r"[^0-9a-zA-Z_]+", "_", text).strip("_").lower()
+    return s or "arg"
+
+
+def _meta(t: torch.Tensor) -> torch.Tensor:
+    try:
+        with torch._C.DisableTorchFunction():
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    except Exception:  # sparse, nested, ...: keep what can be described
+        return torch.empty(0, device="meta")
+
+
+__all__ = ["Tracer", "Break", "set_autocast", "AttrSource"]
