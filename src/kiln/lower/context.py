@@ -120,9 +120,11 @@ class LoweringContext:
         dtype = out.dtype
         for m in metas[1:]:
             dtype = torch.result_type(out, m)
-            out = torch.empty((), dtype=dtype, device="meta") if not isinstance(
-                out, torch.Tensor
-            ) else torch.empty(out.shape, dtype=dtype, device="meta")
+            out = (
+                torch.empty((), dtype=dtype, device="meta")
+                if not isinstance(out, torch.Tensor)
+                else torch.empty(out.shape, dtype=dtype, device="meta")
+            )
         return dtype
 
     # -- node builders ----------------------------------------------------------------------

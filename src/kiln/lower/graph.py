@@ -49,8 +49,10 @@ def _map_args(value, env):
     if isinstance(value, torch.fx.Node):
         return env[value]
     if isinstance(value, (list, tuple)):
-        return type(value)(_map_args(v, env) for v in value) if isinstance(value, list) else tuple(
-            _map_args(v, env) for v in value
+        return (
+            type(value)(_map_args(v, env) for v in value)
+            if isinstance(value, list)
+            else tuple(_map_args(v, env) for v in value)
         )
     return value
 
@@ -146,7 +148,10 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs) -> LoopGraph:
 
 
 def _flat_outputs(out):
-    return list(out) if isinstance(out, (list, tuple)) else [out]
+    """The graph's outputs, flattened (the contract is a flat tuple; nested ones are flattened)."""
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_leaves(out, is_leaf=lambda v: v is None)
 
 
 def _output(value, env):
@@ -178,5 +183,3 @@ def extern_summary(graph: LoopGraph) -> str:
         f"{n.target} ({n.reason})" for n in graph.nodes if isinstance(n, Extern)
     )
     return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(counts.items()))
-
-

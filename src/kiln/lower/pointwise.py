@@ -334,9 +334,7 @@ def _mish(ctx, x):
 
 @register_lowering("threshold.default")
 def _threshold(ctx, x, threshold, value):
-    return ctx.elementwise(
-        [x], lambda a: where(op("le", a, _f(threshold, a)), _f(value, a), a)
-    )
+    return ctx.elementwise([x], lambda a: where(op("le", a, _f(threshold, a)), _f(value, a), a))
 
 
 @register_lowering("threshold_backward.default")
@@ -348,16 +346,12 @@ def _threshold_backward(ctx, grad, x, threshold):
 
 @register_lowering("sigmoid_backward.default")
 def _sigmoid_backward(ctx, grad, y):
-    return ctx.elementwise(
-        [grad, y], lambda g, s: ops.mul(g, ops.mul(s, ops.sub(_f(1, s), s)))
-    )
+    return ctx.elementwise([grad, y], lambda g, s: ops.mul(g, ops.mul(s, ops.sub(_f(1, s), s))))
 
 
 @register_lowering("tanh_backward.default")
 def _tanh_backward(ctx, grad, y):
-    return ctx.elementwise(
-        [grad, y], lambda g, t: ops.mul(g, ops.sub(_f(1, t), ops.mul(t, t)))
-    )
+    return ctx.elementwise([grad, y], lambda g, t: ops.mul(g, ops.sub(_f(1, t), ops.mul(t, t))))
 
 
 @register_lowering("lerp.Scalar", "lerp.Tensor")

@@ -292,4 +292,3 @@ def _logsumexp(ctx, x, dim, keepdim=False):
     )
     out = ops.add(op("log", ctx.load(s, vs, acc)), ctx.load(safe, vs, acc))
     return _finish(ctx, ctx.pointwise(axes.kept_size, ctx.out_dtype, out), axes, keepdim)
-

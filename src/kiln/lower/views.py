@@ -25,9 +25,7 @@ def _dim(d: int, ndim: int) -> int:
     return d + ndim if d < 0 else d
 
 
-@register_lowering(
-    "view.default", "_unsafe_view.default", "reshape.default", "view_copy.default"
-)
+@register_lowering("view.default", "_unsafe_view.default", "reshape.default", "view_copy.default")
 def _view(ctx, x, size):
     new = ctx.out_size
     old = ctx.size(x)
@@ -270,7 +268,9 @@ def _arange(ctx, *args, **kwargs):
         body = ops.cast(ops.IndexValue(start + step * i0, torch.int64), compute)
     else:
         pos = ops.cast(ops.IndexValue(i0, torch.int64), torch.float64)
-        body = ops.add(ops.const(start, torch.float64), ops.mul(pos, ops.const(step, torch.float64)))
+        body = ops.add(
+            ops.const(start, torch.float64), ops.mul(pos, ops.const(step, torch.float64))
+        )
         body = ops.cast(body, compute)
     return ctx.pointwise(ctx.out_size, ctx.out_dtype, body)
 

@@ -1,0 +1,74 @@
+"""`CompiledGraph`: the callable `compile_graph` returns, and the namespace its wrapper runs in.
+
+Takes the loaded kernel library, the rendered kernels and wrapper, and the graph's constants;
+gives the wrapper's globals (`make_namespace`: kernels, ATen ops, allocation helpers) and a
+callable object that keeps the schedule and both sources for inspection (tests assert on
+`.cpp_source`, `.wrapper_source`, `.schedule`).
+
+Why it exists: the generated program should stay a plain function; what it needs from kiln is
+listed here, in one dictionary, instead of being imported inside generated text.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..schedule import Schedule
+
+
+def _empty(size, stride, dtype):
+    return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
+
+
+def _as_strided(base, size, stride, offset):
+    return torch.as_strided(base, size, stride, offset)
+
+
+def _fix_input(t: torch.Tensor, name: str, size, stride) -> torch.Tensor:
+    """An input whose strides differ from the compiled ones is copied into those strides."""
+    if tuple(t.shape) != tuple(size):
+        raise RuntimeError(
+            f"kiln: input {name} has shape {tuple(t.shape)}, but this graph was compiled for "
+            f"{tuple(size)}; recompile for the new shape."
+        )
+    if t.device.type != "cpu":
+        raise RuntimeError(f"kiln: input {name} is on {t.device}; this graph runs on the CPU")
+    out = torch.empty_strided(size, stride, dtype=t.dtype, device="cpu")
+    out.copy_(t)
+    return out
+
+
+def make_namespace(lib, module, wrapper, constants: dict) -> dict:
+    ns: dict = {
+        "torch": torch,
+        "_empty": _empty,
+        "_as_strided": _as_strided,
+        "_fix_input": _fix_input,
+    }
+    for k in module.kernels:
+        ns[k.name] = getattr(lib, k.name)
+    ns.update(wrapper.externs)
+    ns.update(constants)
+    return ns
+
+
+class CompiledGraph:
+    def __init__(self, fn, sched: Schedule, cpp_source: str, wrapper_source: str, seconds: float):
+        self._fn = fn
+        self.schedule = sched
+        self.cpp_source = cpp_source
+        self.wrapper_source = wrapper_source
+        self.compile_seconds = seconds
+
+    def __call__(self, *args):
+        return self._fn(*args)
+
+    @property
+    def kernel_count(self) -> int:
+        return len(self.schedule.kernels)
+
+    def __repr__(self) -> str:
+        return (
+            f"<kiln CompiledGraph: {self.kernel_count} kernels, "
+            f"compiled in {self.compile_seconds:.3f}s>"
+        )

@@ -1,0 +1,227 @@
+"""The C++ renderer: scheduled kernels -> one C++ translation unit with OpenMP loops.
+
+Takes a `Schedule`; gives `CppModule`: the source text of every kernel of the graph (one file,
+one compiler run) and, per kernel, the buffers its pointer arguments stand for, in order.
+
+Shape of a kernel (see schedule/fusion.py for the model): an OpenMP-parallel loop over rows;
+inside, one block per member — a reduction loop into a scalar accumulator, a `#pragma omp simd`
+loop over the row's elements for consecutive elementwise members, or one scalar for a per-row
+member. Values a later member reads from an earlier one in the same row stay in registers;
+only what leaves the kernel is stored. Half types are stored as such and computed in float.
+
+Why it exists: the renderer half of the cpu device (STYLE.md item 5); it knows C++ syntax and
+nothing about building or running.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from ...lower.indexing import delinearize, index_vars, linearize, reduce_vars, sympy_str
+from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, walk
+from ...schedule import Kernel, Schedule
+from .ops import CTYPES, OP_TEMPLATES, PRELUDE, REDUCTION_COMBINE, REDUCTION_INIT, compute_ctype
+from .ops import render_const as _const
+
+PARALLEL_MIN_ELEMENTS = 32768  # below this, starting threads costs more than it saves
+_X, _R = sympy.Symbol("x", integer=True), sympy.Symbol("r", integer=True)
+
+
+@dataclass(frozen=True)
+class CppKernel:
+    name: str
+    params: tuple[str, ...]  # buffer names, in argument order
+    source: str
+
+
+@dataclass(frozen=True)
+class CppModule:
+    kernels: tuple[CppKernel, ...]
+    source: str
+
+
+class _Body:
+    """Emits the statements computing one member's body, common subexpressions once."""
+
+    def __init__(self, kernel_ctx: _KernelContext, lines: list[str], indent: str) -> None:
+        self.k, self.lines, self.indent = kernel_ctx, lines, indent
+        self.names: dict = {}
+
+    def emit(self, expr) -> str:
+        for e in walk(expr):
+            if e in self.names:
+                continue
+            if isinstance(e, Const):
+                self.names[e] = _const(e.value, e.dtype)
+                continue
+            if isinstance(e, Load):
+                text = self.k.load(e)
+            elif isinstance(e, IndexValue):
+                text = f"static_cast<{compute_ctype(e.dtype)}>({sympy_str(e.expr)})"
+            else:
+                assert isinstance(e, Op)
+                args = [self.names[a] for a in e.args]
+                text = OP_TEMPLATES[e.op].format(*args, T=compute_ctype(e.dtype))
+            var = f"t{self.k.next_id()}"
+            self.lines.append(f"{self.indent}const {compute_ctype(e.dtype)} {var} = {text};")
+            self.names[e] = var
+        return self.names[expr]
+
+
+class _KernelContext:
+    def __init__(self, kernel: Kernel, nodes: dict) -> None:
+        self.kernel, self.nodes = kernel, nodes
+        self.in_kernel = {m.name for m in kernel.members}
+        self.values: dict[str, str] = {}  # member name -> C variable holding this row's value
+        self.params: dict[str, bool] = {}  # buffer -> written by this kernel
+        self._ids = 0
+
+    def next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def param(self, name: str, written: bool = False) -> str:
+        self.params[name] = self.params.get(name, False) or written
+        return name
+
+    def load(self, ld: Load) -> str:
+        if ld.buf in self.values:
+            return self.values[ld.buf]
+        node = self.nodes[ld.buf]
+        lay = node.layout
+        index = sympy.expand(lay.offset + linearize(ld.index, lay.stride))
+        return f"kiln::load({self.param(ld.buf)}[{sympy_str(index)}])"
+
+
+def _bind(lines: list[str], indent: str, vars_, sizes, source) -> None:
+    for v, e in zip(vars_, delinearize(source, tuple(sizes))):
+        lines.append(f"{indent}const int64_t {v} = {sympy_str(e)};")
+
+
+def _store(k: _KernelContext, node, index_expr, value: str, indent: str, lines) -> None:
+    if node.name in k.kernel.local:
+        return
+    ctype = CTYPES[node.dtype]
+    lines.append(
+        f"{indent}{k.param(node.name, True)}[{sympy_str(index_expr)}] = "
+        f"kiln::Store<{ctype}>::of({value});"
+    )
+
+
+def _reduction(k: _KernelContext, node: Reduction, lines: list[str], ind: str) -> None:
+    acc = f"acc_{node.name}"
+    ct = compute_ctype(node.body.dtype)
+    arg = node.reduce_type.startswith("arg")
+    if arg:
+        lines.append(f"{ind}{ct} {acc} = kiln::lowest<{ct}>(); int64_t {acc}_i = 0;")
+    else:
+        ct = compute_ctype(node.dtype)
+        init = REDUCTION_INIT[node.reduce_type].format(T=ct)
+        lines.append(f"{ind}{ct} {acc} = {init};")
+    simd = node.reduce_type == "sum" and ct in ("float", "double", "int64_t", "int32_t")
+    if simd:
+        lines.append(f"{ind}#pragma omp simd reduction(+:{acc})")
+    lines.append(f"{ind}for (int64_t r = 0; r < {k.kernel.inner}; ++r) {{")
+    inner = ind + "  "
+    _bind(lines, inner, index_vars(len(node.size)), node.size, _X)
+    _bind(lines, inner, reduce_vars(len(node.reduce_size)), node.reduce_size, _R)
+    v = _Body(k, lines, inner).emit(node.body)
+    if arg:
+        better = ">" if node.reduce_type == "argmax" else "<"
+        lines.append(
+            f"{inner}if (r == 0 || (!kiln::isnan_({acc}) && "
+            f"(kiln::isnan_({v}) || {v} {better} {acc}))) {{ {acc} = {v}; {acc}_i = r; }}"
+        )
+    else:
+        lines.append(inner + REDUCTION_COMBINE[node.reduce_type].format(acc=acc, v=v))
+    lines.append(f"{ind}}}")
+    result = f"{acc}_i" if arg else acc
+    k.values[node.name] = result
+    _store(k, node, _X, result, ind, lines)
+
+
+def _per_row(k: _KernelContext, node: Pointwise, lines: list[str], ind: str) -> None:
+    lines.append(f"{ind}{compute_ctype(node.dtype)} v_{node.name};")
+    lines.append(f"{ind}{{")
+    _bind(lines, ind + "  ", index_vars(len(node.size)), node.size, _X)
+    v = _Body(k, lines, ind + "  ").emit(node.body)
+    lines.append(f"{ind}  v_{node.name} = {v};")
+    lines.append(f"{ind}}}")
+    k.values[node.name] = f"v_{node.name}"
+    _store(k, node, _X, f"v_{node.name}", ind, lines)
+
+
+def _inner_loop(k: _KernelContext, members, lines: list[str], ind: str, pragma: str) -> None:
+    lines.append(f"{ind}{pragma}")
+    lines.append(f"{ind}for (int64_t r = 0; r < {k.kernel.inner}; ++r) {{")
+    inner = ind + "  "
+    same_row: list[str] = []
+    for m in members:
+        node = k.nodes[m.name]
+        var = f"v_{node.name}"
+        lines.append(f"{inner}{compute_ctype(node.dtype)} {var};")
+        lines.append(f"{inner}{{")
+        vs = index_vars(len(node.size))
+        _bind(lines, inner + "  ", vs[: m.split], node.size[: m.split], _X)
+        _bind(lines, inner + "  ", vs[m.split :], node.size[m.split :], _R)
+        v = _Body(k, lines, inner + "  ").emit(node.body)
+        lines.append(f"{inner}  {var} = {v};")
+        lines.append(f"{inner}}}")
+        _store(k, node, _X * k.kernel.inner + _R, var, inner, lines)
+        k.values[node.name] = var
+        same_row.append(node.name)
+    lines.append(f"{ind}}}")
+    for name in same_row:  # element values are only valid inside this loop
+        del k.values[name]
+
+
+def render_kernel(kernel: Kernel, nodes: dict) -> CppKernel:
+    k = _KernelContext(kernel, nodes)
+    body: list[str] = []
+    ind = "    "
+    numel = kernel.outer * kernel.inner
+    parallel_rows = kernel.outer > 1 and numel >= PARALLEL_MIN_ELEMENTS
+    only_inner = all(isinstance(nodes[m.name], Pointwise) and not m.per_row for m in kernel.members)
+    flat_parallel = kernel.outer == 1 and only_inner and numel >= PARALLEL_MIN_ELEMENTS
+    members = list(kernel.members)
+    while members:
+        m = members.pop(0)
+        node = nodes[m.name]
+        if isinstance(node, Reduction):
+            _reduction(k, node, body, ind)
+        elif m.per_row:
+            _per_row(k, node, body, ind)
+        else:
+            group = [m]
+            while (
+                members and not members[0].per_row and isinstance(nodes[members[0].name], Pointwise)
+            ):
+                group.append(members.pop(0))
+            pragma = "#pragma omp parallel for simd" if flat_parallel else "#pragma omp simd"
+            _inner_loop(k, group, body, ind, pragma)
+    params = tuple(k.params)
+    sig = ", ".join(
+        f"{'' if k.params[p] else 'const '}{CTYPES[_dtype(nodes[p])]}* __restrict__ {p}"
+        for p in params
+    )
+    lines = [f'extern "C" void {kernel.name}({sig}) {{']
+    if parallel_rows:
+        lines.append("  #pragma omp parallel for")
+    lines.append(f"  for (int64_t x = 0; x < {kernel.outer}; ++x) {{")
+    lines.extend(body)
+    lines.append("  }")
+    lines.append("}")
+    return CppKernel(kernel.name, params, "\n".join(lines))
+
+
+def _dtype(node):
+    return node.dtype if isinstance(node, (Pointwise, Reduction)) else node.layout.dtype
+
+
+def render_module(sched: Schedule) -> CppModule:
+    nodes = sched.graph.node_map()
+    kernels = tuple(render_kernel(k, nodes) for k in sched.kernels)
+    source = PRELUDE + "\n" + "\n\n".join(k.source for k in kernels) + "\n"
+    return CppModule(kernels, source)

@@ -1,0 +1,146 @@
+"""The wrapper program: one Python function per graph that allocates, calls kernels, frees.
+
+Takes a `Schedule` and the rendered kernels (their argument buffers); gives `WrapperProgram`:
+the Python source of `call(arg0, arg1, ...)` and the names it expects in its namespace
+(`kernel0`, `aten_mm_default`, constants). The program checks each input's shape and strides
+against the ones the kernels were built for (a differently strided input is copied, a
+differently shaped one is an error), then runs the steps in order: `Alloc` ->
+`torch.empty_strided` (or a view of a dead buffer's storage), `Kernel` -> a `ctypes` call with
+data pointers, `ExternCall` -> the ATen op, `Alias` -> `as_strided`, `Free` -> `del`.
+
+Why it exists: the one place the whole compiled graph is readable as code — what
+`KILN_LOGS=output_code` prints, next to the C++ source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..lower.indexing import index_vars, linearize
+from ..lower.ir import BufRef, Extern, ExternItem, Pointwise, Reduction, View, node_size
+from ..schedule import Alias, Alloc, ExternCall, Free, Kernel, Schedule
+
+
+@dataclass(frozen=True)
+class WrapperProgram:
+    source: str
+    externs: dict  # namespace name -> OpOverload
+
+
+def _tuple(values) -> str:
+    values = [str(int(v)) for v in values]
+    return "(" + ", ".join(values) + ("," if len(values) == 1 else "") + ")"
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype)  # "torch.float32"
+
+
+def _arg(value) -> str:
+    if isinstance(value, BufRef):
+        return value.name
+    if isinstance(value, list):
+        return "[" + ", ".join(_arg(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + "".join(_arg(v) + ", " for v in value) + ")"
+    if isinstance(value, torch.dtype):
+        return _dtype(value)
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    if isinstance(value, (torch.memory_format, torch.layout)):
+        return str(value)
+    if isinstance(value, float) and value != value:
+        return "float('nan')"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return f"float('{value}')"
+    return repr(value)
+
+
+def _extern_name(target) -> str:
+    return "aten_" + str(target).replace("aten.", "").replace(".", "_")
+
+
+def render_wrapper(sched: Schedule, kernel_params: dict[str, tuple[str, ...]]) -> WrapperProgram:
+    graph = sched.graph
+    nodes = graph.node_map()
+    lines = [f"def call({', '.join(graph.inputs)}):"]
+    for name in graph.inputs:
+        lay = nodes[name].layout
+        size, stride = _tuple(lay.size), _tuple(lay.stride)
+        lines.append(
+            f"    if {name}.stride() != {stride} or {name}.shape != {size}: "
+            f"{name} = _fix_input({name}, {name!r}, {size}, {stride})"
+        )
+    kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
+    read_by_kernel = {p for params in kernel_params.values() for p in params}
+    externs: dict = {}
+    for step in sched.steps:
+        if isinstance(step, Alloc):
+            node = nodes[step.name]
+            size, stride = _tuple(node.size), _tuple(node.layout.stride)
+            if step.reuse:
+                lines.append(f"    {step.name} = {step.reuse}.view({size}); del {step.reuse}")
+            else:
+                lines.append(f"    {step.name} = _empty({size}, {stride}, {_dtype(node.dtype)})")
+        elif isinstance(step, Kernel):
+            ptrs = ", ".join(f"{p}.data_ptr()" for p in kernel_params[step.name])
+            members = ", ".join(m.name for m in step.members)
+            lines.append(f"    {step.name}({ptrs})  # {members}")
+        elif isinstance(step, ExternCall):
+            node = nodes[step.name]
+            fn = _extern_name(node.target)
+            externs[fn] = node.target
+            args = [_arg(a) for a in node.args] + [f"{k}={_arg(v)}" for k, v in node.kwargs]
+            lines.append(f"    {node.name} = {fn}({', '.join(args)})")
+            lines.extend(_extern_outputs(node, nodes, read_by_kernel))
+        elif isinstance(step, Alias):
+            lines.append(f"    {step.name} = {_alias(nodes[step.name], nodes)}")
+        elif isinstance(step, Free):
+            if step.name in kept:
+                continue
+            lines.append(f"    del {step.name}")
+    outs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
+    lines.append(f"    return ({''.join(o + ', ' for o in outs)})")
+    return WrapperProgram("\n".join(lines) + "\n", externs)
+
+
+def _extern_outputs(node: Extern, nodes: dict, read_by_kernel: set) -> list[str]:
+    lines = []
+    items = [n for n in nodes.values() if isinstance(n, ExternItem) and n.base == node.name]
+    for item in items:
+        lines.append(f"    {item.name} = {node.name}[{item.index}]")
+    if node.multi:
+        lines.append(f"    del {node.name}")
+    for n in items if node.multi else [node]:
+        if n.name in read_by_kernel:  # kernels index with the layout fake tensors predicted
+            stride, size = _tuple(n.layout.stride), _tuple(n.layout.size)
+            lines.append(
+                f"    if {n.name}.stride() != {stride}: "
+                f"{n.name} = _fix_input({n.name}, {n.name!r}, {size}, {stride})"
+            )
+    return lines
+
+
+def _alias(view: View, nodes: dict) -> str:
+    base = nodes[view.base]
+    vs = index_vars(len(view.size))
+    if isinstance(base, (Pointwise, Reduction)):
+        lay_stride, lay_offset = base.layout.stride, 0
+    else:
+        lay_stride, lay_offset = base.layout.stride, base.layout.offset
+    from ..lower.indexing import affine_coefficients
+
+    coeffs, const = affine_coefficients(linearize(view.index, lay_stride), vs)
+    strides = [c if s != 1 else 0 for c, s in zip(coeffs, view.size)]
+    rel = const  # offsets relative to the base tensor's own storage offset
+    del lay_offset
+    return (
+        f"_as_strided({view.base}, {_tuple(view.size)}, {_tuple(strides)}, "
+        f"{view.base}.storage_offset() + {rel})"
+    )
+
+
+def _size_of(node) -> tuple:
+    return tuple(node_size(node))

@@ -1,0 +1,62 @@
+"""schedule/: loop IR -> kernels, in order, with a memory plan.
+
+In: a `LoopGraph` from lower/ and the compile options. Out: a `Schedule` — the graph after
+inlining, and the ordered steps (`Alloc`, `Kernel`, `ExternCall`, `Alias`, `Free`) that
+codegen renders one-to-one into the wrapper program and the kernels.
+
+Files: realize.py (dead code, views, which pointwise nodes get a buffer, inlining),
+fusion.py (kernels: which nodes share a loop, and why not), memory.py (lifetimes and reuse),
+fuel.py (the optimization budget for bisecting miscompiles).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import logs
+from ..lower.ir import LoopGraph
+from ..lower.verify import verify
+from .fuel import Fuel
+from .fusion import ExternCall, Kernel, Member, fuse
+from .memory import Alias, Alloc, Free, plan_memory
+from .realize import eliminate_dead, inline_pointwise, materialize_views
+
+
+@dataclass(frozen=True)
+class Schedule:
+    graph: LoopGraph
+    steps: tuple
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return [s for s in self.steps if isinstance(s, Kernel)]
+
+    def __str__(self) -> str:
+        return "\n".join(str(s) for s in self.steps)
+
+
+def schedule(graph: LoopGraph, *, fuel: int | None = None, verify_ir: bool = False) -> Schedule:
+    check = verify if verify_ir else (lambda g: g)
+    budget = Fuel(fuel)
+    graph = check(eliminate_dead(graph))
+    graph = check(materialize_views(graph))
+    graph = check(inline_pointwise(graph, budget))
+    graph = check(eliminate_dead(graph))
+    steps = fuse(graph, budget)
+    steps = plan_memory(graph, steps)
+    result = Schedule(graph, steps)
+    logs.log("schedule", lambda: f"schedule ({budget}):\n{result}")
+    return result
+
+
+__all__ = [
+    "Alias",
+    "Alloc",
+    "ExternCall",
+    "Free",
+    "Fuel",
+    "Kernel",
+    "Member",
+    "Schedule",
+    "schedule",
+]

@@ -1,0 +1,128 @@
+"""Memory planning: when each buffer is allocated, freed, and whose storage it reuses.
+
+Takes a `LoopGraph` and its fused steps (`Kernel`, `ExternCall`); gives the final step list
+with `Alloc` before each kernel for the buffers it writes, `Alias` for each strided view an
+extern call or the output needs, and `Free` after the last step that reads a buffer. A buffer
+a kernel writes takes the storage of a freed kernel buffer of the same dtype and element count
+when one is free (`Alloc.reuse`), so a chain of same-sized intermediates runs in two buffers.
+
+Why it exists: peak memory at most eager's (DESIGN.md §3) needs buffers to die as soon as
+their last reader has run, and reuse saves the allocator round trip for large buffers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .. import logs
+from ..lower.ir import BufRef, Extern, ExternItem, LoopGraph, Pointwise, Reduction, View, loads
+from .fusion import ExternCall, Kernel
+
+
+@dataclass(frozen=True)
+class Alloc:
+    name: str
+    reuse: str | None = None  # the freed buffer whose storage this one takes
+
+    def __str__(self) -> str:
+        return f"alloc {self.name}" + (f" (reuses {self.reuse})" if self.reuse else "")
+
+
+@dataclass(frozen=True)
+class Alias:
+    name: str  # a `View` node rendered as a strided alias of its base
+
+    def __str__(self) -> str:
+        return f"alias {self.name}"
+
+
+@dataclass(frozen=True)
+class Free:
+    name: str
+
+    def __str__(self) -> str:
+        return f"free {self.name}"
+
+
+def _refs(value):
+    if isinstance(value, BufRef):
+        yield value.name
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _refs(v)
+
+
+def _reads(step, nodes: dict) -> set[str]:
+    if isinstance(step, Kernel):
+        inside = {m.name for m in step.members}
+        out = set()
+        for m in step.members:
+            out.update(ld.buf for ld in loads(nodes[m.name].body))
+        return out - (inside & step.local)
+    node = nodes[step.name]
+    return set(_refs((node.args, node.kwargs)))
+
+
+def plan_memory(graph: LoopGraph, steps) -> tuple:
+    nodes = graph.node_map()
+    views = [n for n in graph.nodes if isinstance(n, View)]
+    items = defaultdict(list)
+    for n in graph.nodes:
+        if isinstance(n, ExternItem):
+            items[n.base].append(n.name)
+    # The storage owner of a name: views live on their base's storage.
+    owner = {v.name: v.base for v in views}
+    pinned = {owner.get(o, o) for o in graph.outputs if isinstance(o, str)}
+    pinned |= set(graph.inputs) | set(graph.constants)
+    last: dict[str, int] = {}
+    for k, step in enumerate(steps):
+        for name in _reads(step, nodes):
+            last[owner.get(name, name)] = k
+            last[name] = k
+    for name in list(last):
+        if name in items:  # the tuple of an extern call dies with its last item
+            last[name] = max([last[name]] + [last.get(i, -1) for i in items[name]])
+    produced_at: dict[str, int] = {}
+    for k, step in enumerate(steps):
+        names = [m.name for m in step.members] if isinstance(step, Kernel) else [step.name]
+        names += [i for n in names for i in items.get(n, [])]
+        for n in names:
+            produced_at[n] = k
+    aliases_after = defaultdict(list)
+    for v in views:
+        aliases_after[produced_at.get(v.base, -1)].append(v.name)
+
+    out: list = [Alias(v) for v in aliases_after[-1]]
+    pool: dict[tuple, list[str]] = defaultdict(list)
+    reusable: set[str] = set()
+    for k, step in enumerate(steps):
+        if isinstance(step, Kernel):
+            for m in step.members:
+                if m.name in step.local:
+                    continue
+                node = nodes[m.name]
+                key = (node.dtype, math.prod(node.size))
+                reuse = pool[key].pop() if pool[key] else None
+                out.append(Alloc(m.name, reuse))
+                reusable.add(m.name)
+                if reuse:
+                    logs.log("schedule", f"{m.name} reuses the storage of {reuse}")
+        out.append(step)
+        out.extend(Alias(v) for v in aliases_after[k])
+        for name in sorted(n for n, at in last.items() if at == k):
+            if name in pinned or name in owner or name not in produced_at:
+                continue
+            out.append(Free(name))
+            if name in reusable:
+                node = nodes[name]
+                pool[(node.dtype, math.prod(node.size))].append(name)
+    return tuple(out)
+
+
+def is_computed(node) -> bool:
+    return isinstance(node, (Pointwise, Reduction))
+
+
+__all__ = ["Alias", "Alloc", "ExternCall", "Extern", "Free", "Kernel", "plan_memory"]

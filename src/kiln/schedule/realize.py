@@ -1,0 +1,204 @@
+"""Decide which loop-IR nodes get a buffer, and inline the rest into their readers.
+
+Takes a `LoopGraph` fresh from lowering; gives an equivalent `LoopGraph` in which
+
+* every `Pointwise` that is not an output, not read by an extern call and not expensive to
+  recompute has been substituted into the bodies that load it (so a chain of elementwise ops
+  is one expression, computed where it is consumed), and
+* every `View` left is one an extern call or the graph output needs: a strided alias of a
+  buffer (kept as a `View`, rendered as `as_strided`) or, when the index is not strided (a
+  reshape of a transposed tensor), a copying `Pointwise` with the view's name.
+
+Each pass here is a plain function `LoopGraph -> LoopGraph` (STYLE.md item 3). Every decision
+not to inline records its reason under `KILN_LOGS=schedule`; each inlining spends one unit of
+fuel (`debug.fuel`) so a miscompile can be bisected to one decision.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import sympy
+
+from .. import logs
+from ..lower.indexing import index_vars, is_affine, linearize
+from ..lower.ir import (
+    REALIZED,
+    BufRef,
+    Extern,
+    ExternItem,
+    IndexValue,
+    Load,
+    LoopGraph,
+    Op,
+    Pointwise,
+    Reduction,
+    View,
+    loads,
+    op_count,
+)
+from .fuel import Fuel
+
+INLINE_MAX_OPS = 24  # a pointwise read by several nodes is recomputed by each while this cheap
+
+
+def _refs(value):
+    if isinstance(value, BufRef):
+        yield value.name
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _refs(v)
+
+
+def users(graph: LoopGraph) -> dict[str, list[str]]:
+    """buffer name -> names of the nodes (or "<output>") that read it, in graph order."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for node in graph.nodes:
+        if isinstance(node, (Pointwise, Reduction)):
+            for name in dict.fromkeys(ld.buf for ld in loads(node.body)):
+                out[name].append(node.name)
+        elif isinstance(node, (View, ExternItem)):
+            out[node.base].append(node.name)
+        elif isinstance(node, Extern):
+            for name in dict.fromkeys(_refs((node.args, node.kwargs))):
+                out[name].append(node.name)
+    for o in graph.outputs:
+        if isinstance(o, str):
+            out[o].append("<output>")
+    return out
+
+
+def eliminate_dead(graph: LoopGraph) -> LoopGraph:
+    """Drop nodes nothing reads (inputs stay: they are the calling convention)."""
+    readers = users(graph)
+    live, keep = set(graph.inputs), []
+    for node in reversed(graph.nodes):
+        if node.name in live or any(u in live or u == "<output>" for u in readers[node.name]):
+            live.add(node.name)
+            keep.append(node)
+    return graph.replace(reversed(keep))
+
+
+def _storage_index(node, index) -> sympy.Expr | None:
+    """Linear storage position of `node[index]` if its storage layout is known, else None."""
+    if isinstance(node, REALIZED):
+        lay = node.layout
+        return lay.offset + linearize(index, lay.stride)
+    if isinstance(node, (Pointwise, Reduction)):
+        return linearize(index, node.layout.stride)
+    return None
+
+
+def materialize_views(graph: LoopGraph) -> LoopGraph:
+    """Views read by extern calls or returned stay strided aliases when they can, else copy."""
+    readers = users(graph)
+    nodes = graph.node_map()
+    out = []
+    for node in graph.nodes:
+        if not isinstance(node, View):
+            out.append(node)
+            continue
+        if not readers[node.name]:
+            continue
+        vs = index_vars(len(node.size))
+        pos = _storage_index(nodes[node.base], node.index)
+        if pos is not None and is_affine(pos, vs):
+            out.append(node)
+            continue
+        logs.log("schedule", lambda n=node: f"{n.name}: view is not strided; copied ({n})")
+        body = Load(node.base, node.index, _compute(node.dtype))
+        out.append(Pointwise(node.name, node.size, node.dtype, body))
+    return graph.replace(out)
+
+
+def _compute(dtype):
+    from ..lower.ir import compute_dtype
+
+    return compute_dtype(dtype)
+
+
+def _must_realize(node: Pointwise, readers: list[str], nodes: dict) -> str | None:
+    """Why `node` needs its own buffer, or None if it can be inlined into every reader."""
+    if "<output>" in readers:
+        return "it is a graph output"
+    for u in readers:
+        if isinstance(nodes[u], (View, Extern)):
+            return f"{u} ({type(nodes[u]).__name__.lower()}) reads its memory"
+    if len(readers) > 1 and op_count(node.body) > INLINE_MAX_OPS:
+        return (
+            f"read by {len(readers)} nodes and costs {op_count(node.body)} ops (> {INLINE_MAX_OPS})"
+        )
+    return None
+
+
+def inline_pointwise(graph: LoopGraph, fuel: Fuel) -> LoopGraph:
+    readers = users(graph)
+    nodes = graph.node_map()
+    inlined: dict[str, Pointwise] = {}
+    out = []
+    memo: dict = {}
+    for node in graph.nodes:
+        if isinstance(node, (Pointwise, Reduction)):
+            node = _with_body(node, _substitute_loads(node.body, inlined, memo))
+        if isinstance(node, Pointwise):
+            why = _must_realize(node, readers[node.name], nodes)
+            if why is None and not fuel.take(f"inline {node.name}"):
+                why = "out of fuel"
+            if why is None:
+                inlined[node.name] = node
+                continue
+            if not (isinstance(node.body, Load) or "<output>" in readers[node.name]):
+                logs.log("schedule", lambda n=node, w=why: f"{n.name}: kept in memory, {w}")
+        out.append(node)
+    return graph.replace(out)
+
+
+def _with_body(node, body):
+    if body is node.body:
+        return node
+    if isinstance(node, Pointwise):
+        return Pointwise(node.name, node.size, node.dtype, body)
+    return Reduction(node.name, node.size, node.dtype, node.reduce_type, node.reduce_size, body)
+
+
+def _substitute_loads(expr, inlined: dict, memo: dict):
+    """`expr` with every load of an inlined node replaced by that node's body at the index."""
+    if not inlined:
+        return expr
+    key = id(expr)
+    hit = memo.get(key)
+    if hit is not None and hit[0] is expr:
+        return hit[1]
+    if isinstance(expr, Load) and expr.buf in inlined:
+        src = inlined[expr.buf]
+        sub = dict(zip(index_vars(len(src.size)), expr.index))
+        result = reindex(src.body, sub)
+    elif isinstance(expr, Op):
+        args = tuple(_substitute_loads(a, inlined, memo) for a in expr.args)
+        result = expr if args == expr.args else Op(expr.op, args, expr.dtype)
+    else:
+        result = expr
+    memo[key] = (expr, result)
+    return result
+
+
+def reindex(expr, sub: dict):
+    """`expr` with its loop variables replaced by the expressions in `sub`."""
+    cache: dict[int, object] = {}
+
+    def go(e):
+        hit = cache.get(id(e))
+        if hit is not None:
+            return hit
+        if isinstance(e, Load):
+            r = Load(e.buf, tuple(ix.xreplace(sub) for ix in e.index), e.dtype)
+        elif isinstance(e, IndexValue):
+            r = IndexValue(e.expr.xreplace(sub), e.dtype)
+        elif isinstance(e, Op):
+            r = Op(e.op, tuple(go(a) for a in e.args), e.dtype)
+        else:
+            r = e
+        cache[id(e)] = r
+        return r
+
+    return go(expr)
