@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import sympy
+import torch
 
 from .. import logs
 from ..lower.indexing import index_vars, is_affine, linearize
@@ -173,6 +174,9 @@ def _substitute_loads(expr, inlined: dict, memo: dict):
         src = inlined[expr.buf]
         sub = dict(zip(index_vars(len(src.size)), expr.index))
         result = reindex(src.body, sub)
+        if src.dtype in (torch.float16, torch.bfloat16):
+            # Round as eager's stored intermediate would be, so fusion does not change results.
+            result = Op("to", (Op("to", (result,), src.dtype),), expr.dtype)
     elif isinstance(expr, Op):
         args = tuple(_substitute_loads(a, inlined, memo) for a in expr.args)
         result = expr if args == expr.args else Op(expr.op, args, expr.dtype)

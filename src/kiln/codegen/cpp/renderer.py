@@ -22,7 +22,7 @@ import sympy
 from ...lower.indexing import delinearize, index_vars, linearize, reduce_vars, sympy_str
 from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, walk
 from ...schedule import Kernel, Schedule
-from .ops import CTYPES, OP_TEMPLATES, PRELUDE, REDUCTION_COMBINE, REDUCTION_INIT, compute_ctype
+from .ops import CTYPES, HALF_TYPES, OP_TEMPLATES, PRELUDE, REDUCTION_COMBINE, REDUCTION_INIT, compute_ctype
 from .ops import render_const as _const
 
 PARALLEL_MIN_ELEMENTS = 32768  # below this, starting threads costs more than it saves
@@ -63,7 +63,10 @@ class _Body:
             else:
                 assert isinstance(e, Op)
                 args = [self.names[a] for a in e.args]
-                text = OP_TEMPLATES[e.op].format(*args, T=compute_ctype(e.dtype))
+                if e.op == "to" and e.dtype in HALF_TYPES:  # round to the half type, stay float
+                    text = f"kiln::load(kiln::Store<{CTYPES[e.dtype]}>::of({args[0]}))"
+                else:
+                    text = OP_TEMPLATES[e.op].format(*args, T=compute_ctype(e.dtype))
             var = f"t{self.k.next_id()}"
             self.lines.append(f"{self.indent}const {compute_ctype(e.dtype)} {var} = {text};")
             self.names[e] = var
