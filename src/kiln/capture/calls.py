@@ -244,6 +244,8 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
         return native_call(interp, fn, args, kwargs)
     mod = getattr(fn, "__module__", None) or getattr(type(owner), "__module__", "") or ""
     if _hashable(fn) and fn in PURE_BUILTINS or mod in PURE_MODULES:
+        if _hashable(fn) and fn in _ITERATING:
+            args = _materialize(interp, fn, args)
         return fn(*_trampolines(interp, args), **kwargs)
     if mod.startswith("torch") or isinstance(owner, types.ModuleType) and owner.__name__.startswith(
         "torch"
@@ -281,6 +283,29 @@ def _hashable(x) -> bool:
         return True
     except TypeError:
         return False
+
+
+_ITERATING = {enumerate, zip, list, tuple, set, frozenset, sorted, sum, map, filter, min, max,
+              any, all, reversed, dict}
+
+
+def _materialize(interp, fn, args: tuple) -> tuple:
+    """Iterate user-level iterables (ModuleList, a user container) on kiln's interpreter before
+    a native builtin consumes them, so the items they hand out keep their sources."""
+    if fn is zip:
+        positions = range(len(args))
+    elif fn in (map, filter):
+        positions = range(1, len(args))
+    elif fn in (min, max) and len(args) != 1:
+        positions = range(0)
+    else:
+        positions = range(min(1, len(args)))
+    out = list(args)
+    for i in positions:
+        it = python_dunder(out[i], "__iter__")
+        if it is not None and not isinstance(out[i], dict):
+            out[i] = list(iter(interp_call(interp, it, (out[i],), {})))
+    return tuple(out)
 
 
 def _trampolines(interp, args: tuple) -> tuple:

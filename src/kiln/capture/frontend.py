@@ -20,7 +20,7 @@ import torch.fx as fx
 
 from .. import logs
 from ..backends.registry import lookup_backend
-from . import calls
+from . import calls, module_tree
 from .errors import AbortTrace, FullgraphBreak, Unsupported
 from .interpreter import Interpreter
 from .residual import MISS, NotRebuildable, Rebuilder, build_entry, side_effect_lines
@@ -170,10 +170,11 @@ class CompiledFunction:
         compiled = None
         if has_compute:
             graph.output(tuple(rb.outputs))
-            root = torch.nn.Module()
-            for name, t in tracer.constants.items():
-                setattr(root, name, t)
-            gm = fx.GraphModule(root, graph, class_name="KilnGraph")
+            with module_tree.suspended():
+                root = torch.nn.Module()
+                for name, t in tracer.constants.items():
+                    setattr(root, name, t)
+                gm = fx.GraphModule(root, graph, class_name="KilnGraph")
             gm.meta["kiln_label"] = self.label
             logs.log("graph", lambda: f"graph of {self.label}:\n{gm.print_readable(False)}")
             example_inputs = [t for _, t, _ in tracer.placeholders]

@@ -13,11 +13,23 @@ import torch.nn.modules.module as _module
 
 VERSION = [0]
 _installed = False
+_suspended = [0]
 
 
 def _bump(*_args):
-    VERSION[0] += 1
+    if not _suspended[0]:
+        VERSION[0] += 1
     return None
+
+
+class suspended:
+    """kiln's own modules (a graph module holding constants) do not count as user changes."""
+
+    def __enter__(self):
+        _suspended[0] += 1
+
+    def __exit__(self, *exc):
+        _suspended[0] -= 1
 
 
 def install() -> None:

@@ -151,9 +151,11 @@ def side_effect_lines(tracer, rb: Rebuilder) -> list[str]:
                 lines.append(f"{target}[:] = {rb.expr(list(obj))}")
             elif isinstance(obj, dict):
                 items = ", ".join(f"({rb.expr(k)}, {rb.expr(v)})" for k, v in obj.items())
-                lines.append(f"___d = {target}; ___d.clear(); ___d.update([{items}])")
+                lines.append(f"___items = [{items}]; ___d = {target}; ___d.clear(); "
+                             "___d.update(___items)")
             elif isinstance(obj, set):
-                lines.append(f"___s = {target}; ___s.clear(); ___s.update({rb.expr(list(obj))})")
+                lines.append(f"___items = {rb.expr(list(obj))}; ___s = {target}; ___s.clear(); "
+                             "___s.update(___items)")
             else:
                 raise NotRebuildable(f"mutation of a {type(obj).__name__} from outside")
         elif eff.kind == "global":

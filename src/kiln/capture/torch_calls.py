@@ -42,6 +42,14 @@ UNSUPPORTED = {
 
 MUTATION = {"__setitem__"}
 
+# Grad-mode and autocast switches: run as they are; the tracer records the state they leave
+# behind (Tracer.sync_state) rather than the call.
+STATE = {
+    "_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype",
+    "autocast_increment_nesting", "autocast_decrement_nesting", "clear_autocast_cache",
+    "set_autocast_cache_enabled", "is_autocast_cache_enabled", "get_autocast_dtype",
+}
+
 BINARY = {
     "__add__": operator.add, "__sub__": operator.sub, "__mul__": operator.mul,
     "__truediv__": operator.truediv, "__floordiv__": operator.floordiv, "__mod__": operator.mod,
@@ -87,7 +95,7 @@ def classify_torch_call(func) -> tuple[str, str]:
     if hit is not None:
         return hit
     name, getter = func_name(func)
-    if name in METADATA:
+    if name in METADATA or name in STATE:
         kind = "metadata"
     elif name in DATA:
         kind = "data"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import operator
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,7 +120,7 @@ class Tracer:
             self.guards.add(G.len_guard(source, value))
             for i, item in enumerate(value):
                 self.track(item, _item(source, i), depth + 1)
-        elif type(value) is dict and all(isinstance(k, (str, int)) for k in value):
+        elif type(value) in (dict, OrderedDict) and all(isinstance(k, (str, int)) for k in value):
             self.guards.add(G.keys_guard(source, value))
             for k, item in value.items():
                 self.track(item, _item(source, k), depth + 1)
