@@ -41,9 +41,10 @@ def resolve(name: str) -> torch._ops.OpOverload:
 def register_lowering(*names: str, torch_versions: str = ">=2.11"):
     """Register one function for several overloads. `torch_versions` records where it applies."""
 
+    resolved = [resolve(name) for name in names]  # fail at the decorator line, not later
+
     def deco(fn: Callable) -> Callable:
-        for name in names:
-            op = resolve(name)
+        for op in resolved:
             assert op not in _LOWERINGS, f"register_lowering: {op} is registered twice"
             _LOWERINGS[op] = fn
             _VERSIONS[op] = torch_versions

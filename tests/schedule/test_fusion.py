@@ -1,0 +1,123 @@
+"""The scheduler: what fuses (softmax, layer norm, pointwise chains), what does not and why,
+buffer reuse, and optimization fuel. Assertions are on the schedule and on the generated code;
+compiled results are compared with eager on fresh random inputs.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import kiln
+from kiln.lower import lower_graph
+from kiln.lower.ir import Pointwise, Reduction
+from kiln.options import build_options
+from kiln.schedule import Alloc, ExternCall, Kernel, schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen"))
+from cg_helpers import check  # noqa: E402
+
+
+def _schedule(fn, *inputs, **kw):
+    gm = make_fx(fn)(*inputs)
+    return schedule(lower_graph(gm, inputs), verify_ir=True, **kw)
+
+
+def test_softmax_is_one_kernel_with_local_row_values():
+    s = _schedule(lambda x: torch.softmax(x, -1), torch.randn(64, 100))
+    (kernel,) = s.kernels
+    nodes = s.graph.node_map()
+    kinds = [type(nodes[m.name]).__name__ for m in kernel.members]
+    assert kinds == ["Reduction", "Reduction", "Pointwise"]
+    # max and sum never reach memory: they live in registers for their row.
+    assert {m.name for m in kernel.members if isinstance(nodes[m.name], Reduction)} == set(
+        kernel.local
+    )
+    c = check(lambda x: torch.softmax(x, -1), torch.randn(64, 100))
+    assert c.cpp_source.count('extern "C"') == 1
+
+
+def test_layer_norm_and_log_softmax_are_one_kernel_each():
+    def fn(x, w, b):
+        return F.layer_norm(x, (96,), w, b), torch.log_softmax(x, -1)
+
+    s = _schedule(fn, torch.randn(8, 16, 96), torch.randn(96), torch.randn(96))
+    assert len(s.kernels) <= 2
+    for k in s.kernels:
+        assert k.outer == 8 * 16 and k.inner == 96
+    check(fn, torch.randn(8, 16, 96), torch.randn(96), torch.randn(96))
+
+
+def test_six_op_pointwise_chain_is_one_kernel_one_expression():
+    def fn(x, y):
+        return ((x + y).exp() * 0.5 - y).sigmoid().neg().relu()
+
+    s = _schedule(fn, torch.randn(32, 64), torch.randn(32, 64))
+    (kernel,) = s.kernels
+    assert len(kernel.members) == 1
+    (node,) = [n for n in s.graph.nodes if isinstance(n, Pointwise)]
+    text = str(node)
+    for op in ("add(", "exp(", "mul(", "sub(", "sigmoid(", "neg(", "maximum("):
+        assert op in text
+    c = check(fn, torch.randn(32, 64), torch.randn(32, 64))
+    assert c.wrapper_source.count("kernel0(") == 1 and "kernel1" not in c.wrapper_source
+
+
+def test_buffer_is_reused_after_its_last_reader():
+    def fn(x, w):
+        h = torch.relu(x) @ w
+        return torch.sigmoid(h) @ w
+
+    x, w = torch.randn(64, 64), torch.randn(64, 64)
+    s = _schedule(fn, x, w)
+    reused = [st for st in s.steps if isinstance(st, Alloc) and st.reuse]
+    assert reused, str(s)
+    c = check(fn, x, w)
+    assert f"= {reused[0].reuse}.view(" in c.wrapper_source
+
+
+def test_refusal_is_logged_with_reason(capsys):
+    handler_records = []
+
+    class H(logging.Handler):
+        def emit(self, record):
+            handler_records.append(record.getMessage())
+
+    h = H()
+    logging.getLogger("kiln.schedule").addHandler(h)
+    kiln.set_logs("schedule")
+    try:
+        _schedule(lambda x: x.sum(0) + x.t(), torch.randn(16, 16))
+        _schedule(lambda x: torch.softmax(x, 0).exp(), torch.randn(8, 12))
+    finally:
+        kiln.set_logs()
+        logging.getLogger("kiln.schedule").removeHandler(h)
+    refusals = [m for m in handler_records if "not fused" in m]
+    assert refusals and all(":" in m for m in refusals), handler_records
+
+
+def test_fuel_zero_disables_fusion_and_results_still_match():
+    def fn(x):
+        return torch.softmax(x * 2 + 1, -1).relu()
+
+    x = torch.randn(16, 32)
+    full = _schedule(fn, x)
+    none = _schedule(fn, x, fuel=0)
+    assert len(none.kernels) > len(full.kernels) == 1
+    counts = [len(_schedule(fn, x, fuel=n).kernels) for n in range(8)]
+    assert counts == sorted(counts, reverse=True) and counts[-1] == 1
+    check(fn, x, options=build_options(options={"debug.fuel": 0}))
+
+
+def test_extern_breaks_fusion_but_epilogue_fuses_with_consumer():
+    def fn(x, w):
+        return (x @ w).relu() * 2 + 1
+
+    s = _schedule(fn, torch.randn(8, 8), torch.randn(8, 8))
+    assert isinstance([st for st in s.steps if isinstance(st, (Kernel, ExternCall))][0], ExternCall)
+    assert len(s.kernels) == 1
