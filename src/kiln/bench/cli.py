@@ -1,49 +1,257 @@
-"""Command-line entry points for `kiln demo` and `kiln bench` (placeholder demo until the
-benchmark runner lands): the demo compiles an MLP, checks it against eager, times both."""
+"""`kiln bench` and `kiln demo`: parse the command line, run every row in a fresh worker, report.
+
+Takes the arguments after `kiln bench` (see `kiln bench --help`); gives a live table with a
+progress bar, optional JSON / Markdown / PNG files, and an exit status: 0 when every row ran and
+matched eager, 1 when a compiled result was wrong or a row failed, 2 for a usage error.
+`kiln demo` is a short `kiln bench` (two small models, eager vs kiln, on CUDA when present).
+
+A suite preset (`--suite cpu|gpu`, by default the one for `--device`) supplies the models,
+compilers, modes, dtype, size, timing and time budget; any flag given explicitly overrides it.
+"""
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import os
+import platform
+import sys
 import time
 
-import torch
+from . import report, suite
+from .suite import COMPILERS, DEVICES, DTYPES, MODES, SUITES
 
 
-def _median_ms(fn, x, reps: int = 30) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn(x)
-        times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kiln bench",
+        description="Compare eager, torch.compile and kiln: correctness against eager, cold "
+        "compile time, steady-state speed and peak memory, one fresh process per row.",
+        epilog="Model names take flags: NAME[:train][:DTYPE], e.g. nanogpt:train:float32. "
+        "Exit status: 0 all rows correct, 1 a wrong result or failed row, 2 usage error.",
+    )
+    p.add_argument("--models", help="comma-separated model names (default: the suite's)")
+    p.add_argument("--compilers", help=f"comma-separated, from {','.join(COMPILERS)}")
+    p.add_argument("--modes", help=f"comma-separated, from {','.join(MODES)}")
+    p.add_argument("--device", choices=DEVICES, help="default: the suite's, else cpu")
+    p.add_argument("--dtype", choices=DTYPES, help="default: the suite's")
+    p.add_argument(
+        "--train",
+        action="store_true",
+        help="time training steps (forward + backward), checking gradients too",
+    )
+    p.add_argument("--suite", choices=tuple(SUITES), help="preset (default: by device)")
+    p.add_argument("--size", choices=("tiny", "small", "large"), help="model size preset")
+    p.add_argument("--json", metavar="PATH", help="write the rows as JSON")
+    p.add_argument("--md", metavar="PATH", help="write a Markdown table")
+    p.add_argument("--plot", metavar="PATH", help="write a PNG bar chart of speedups")
+    p.add_argument("--timing-s", type=float, help="seconds of interleaved timing per row")
+    p.add_argument("--timeout-s", type=float, help="stop a row's worker after this long")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        help="skip rows not started after this many seconds (0: no limit; default: the suite's)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
+    p.add_argument("--models-dir", help="the benchmarks/models folder to load")
+    p.add_argument("--title", help="title of the Markdown file and the chart")
+    p.add_argument("--list", action="store_true", help="list the models and exit")
+    return p
 
 
-def demo_main(argv: list[str]) -> int:
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser):
+    """Checked choices: (tasks, skipped models with reasons, the suite used, its budget)."""
+    device = args.device
+    if args.suite:
+        preset = SUITES[args.suite]
+    else:
+        preset = SUITES["gpu" if device == "cuda" else "cpu"]
+    device = device or preset.device
+    if device == "cuda" and not _cuda_available():
+        import torch
+
+        parser.error(
+            f"--device cuda: CUDA is not available (torch {torch.__version__}); use --device cpu"
+        )
+    try:
+        known = suite.load_models(suite.models_dir(args.models_dir))
+        if args.models:
+            entries = tuple(suite.parse_entry(t, known) for t in args.models.split(",") if t)
+            if not entries:
+                raise ValueError("--models: give at least one model name")
+        else:
+            entries = preset.entries
+        compilers = (
+            suite.parse_choices(args.compilers, COMPILERS, "compilers")
+            if args.compilers
+            else preset.compilers
+        )
+        modes = suite.parse_choices(args.modes, MODES, "modes") if args.modes else preset.modes
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    for name, value in (("--timing-s", args.timing_s), ("--timeout-s", args.timeout_s)):
+        if value is not None and value <= 0:
+            parser.error(f"{name} must be positive, got {value}")
+    if args.plot and not _has_matplotlib():
+        parser.error("--plot needs matplotlib: pip install -e '.[bench]'")
+    if args.train:
+        entries = tuple(suite.Entry(e.model, True, e.dtype, e.modes) for e in entries)
+    entries = tuple(dict.fromkeys(entries))
+    skipped = [
+        {"model": e.label, "reason": f"needs {', '.join(known[e.model].missing())} (not installed)"}
+        for e in entries
+        if known[e.model].missing()
+    ]
+    entries = tuple(e for e in entries if not known[e.model].missing())
+    tasks = suite.make_tasks(
+        entries,
+        compilers,
+        modes,
+        device=device,
+        dtype=args.dtype or preset.dtype,
+        size=args.size or preset.size,
+        models_path=str(suite.models_dir(args.models_dir)),
+        timing_s=args.timing_s or preset.timing_s,
+        entry_modes=not args.modes,
+        seed=args.seed,
+    )
+    budget = preset.budget_s if args.budget_s is None else args.budget_s
+    return tasks, skipped, preset, budget
+
+
+def _has_matplotlib() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def run_tasks(tasks, timeout_s: float, budget_s: float, out=None) -> tuple[list, list]:
+    """Each task in its own worker, in order, under the live view; rows not started within the
+    budget are skipped with the reason. Gives (rows, skipped)."""
+    from .worker import run_in_subprocess
+
+    progress = report.Progress(len(tasks), out)
+    rows, skipped, start = [], [], time.perf_counter()
+    for task in tasks:
+        left = budget_s - (time.perf_counter() - start) if budget_s else float("inf")
+        if left < 30:
+            skipped.append(
+                {
+                    "model": task.label,
+                    "reason": f"time budget of {budget_s:.0f} s used up (--budget-s)",
+                }
+            )
+            continue
+        progress.starting(task.label)
+        row = run_in_subprocess(task, min(timeout_s, left))
+        rows.append(row)
+        progress.finished(row)
+    progress.close()
+    return rows, skipped
+
+
+def _meta(argv: list[str], title: str, tasks, args) -> dict:
+    import torch
+
     import kiln
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.LayerNorm(1024),
-        torch.nn.Linear(1024, 256),
-    ).eval()
-    x = torch.randn(64, 256)
-    t0 = time.perf_counter()
-    compiled = kiln.compile(model)
-    with torch.no_grad():
-        out = compiled(x)
-        compile_s = time.perf_counter() - t0
-        ref = model(x)
-        torch.testing.assert_close(out, ref)
-        x2 = torch.randn(64, 256)
-        torch.testing.assert_close(compiled(x2), model(x2))
-        eager_ms = _median_ms(model, x)
-        kiln_ms = _median_ms(compiled, x)
-    print(f"model: MLP 256-1024-256 with GELU+LayerNorm, batch 64, {torch.__version__}")
-    print(f"first call (capture + compile): {compile_s * 1e3:.1f} ms; output matches eager")
-    print(f"eager {eager_ms:.3f} ms, kiln {kiln_ms:.3f} ms, speedup {eager_ms / kiln_ms:.2f}x")
-    return 0
+    device = tasks[0].device if tasks else (args.device or "cpu")
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+    else:
+        name = _cpu_name()
+    return {
+        "title": title,
+        "date": datetime.date.today().isoformat(),
+        "command": "kiln bench " + " ".join(argv),
+        "machine": f"{name}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "kiln": kiln.__version__,
+        "size": tasks[0].size if tasks else args.size,
+        "timing_s": tasks[0].timing_s if tasks else args.timing_s,
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "CPU"
 
 
 def bench_main(argv: list[str]) -> int:
-    print("kiln bench: the benchmark runner has not landed yet (issue 8)")
-    return 2
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.list:
+        known = suite.load_models(suite.models_dir(args.models_dir))
+        for name, m in known.items():
+            missing = m.missing()
+            state = f"  (needs {', '.join(missing)})" if missing else ""
+            print(f"{name:<14} {m.description}{state}")
+        return 0
+    tasks, skipped, preset, budget = resolve(args, parser)
+    title = args.title or (f"suite {args.suite}" if args.suite else "custom run")
+    for s in skipped:
+        print(f"skipping {s['model']}: {s['reason']}")
+    if not tasks:
+        print("kiln bench: nothing to run", file=sys.stderr)
+        return 1
+    rows, over = run_tasks(tasks, args.timeout_s or preset.worker_timeout_s, budget)
+    skipped += over
+    for line in report.summary_lines(rows, over):
+        print(line)
+    meta = _meta(argv, title, tasks, args)
+    rows = [{**r} for r in rows]
+    if args.json:
+        report.write_json(args.json, rows, skipped, meta)
+    if args.md:
+        report.write_markdown(args.md, rows, skipped, meta)
+    if args.plot:
+        report.write_plot(args.plot, rows, title=f"kiln bench: {title} ({meta['date']})")
+    for path in (args.json, args.md, args.plot):
+        if path:
+            print(f"wrote {path}")
+    return 1 if any(r["correct"] is not True for r in rows) else 0
+
+
+def demo_main(argv: list[str]) -> int:
+    """Two small models, eager vs kiln, on CUDA when present: correctness and speedup."""
+    device = "cuda" if _cuda_available() else "cpu"
+    print(
+        f"kiln demo: compiling two small models with kiln on {device}; each row runs in a "
+        "fresh process with cold caches and is checked against eager on fresh random data."
+    )
+    return bench_main(
+        [
+            "--models",
+            "mlp,nanogpt",
+            "--compilers",
+            "eager,kiln",
+            "--modes",
+            "default",
+            "--device",
+            device,
+            "--dtype",
+            "float32",
+            "--size",
+            "small",
+            "--timing-s",
+            "1",
+            "--budget-s",
+            "0",
+            "--title",
+            "kiln demo",
+            *argv,
+        ]
+    )
