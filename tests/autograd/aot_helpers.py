@@ -108,11 +108,11 @@ def compare(
             assert_close(g, r, f"output {k}", **tol)
             if isinstance(r, torch.Tensor):
                 assert g.requires_grad == r.requires_grad, f"output {k}: requires_grad differs"
-        for k, (g, r) in enumerate(zip(got_in, ref_in)):
+        for k, (g, r, x) in enumerate(zip(got_in, ref_in, inputs)):
             if not isinstance(r, torch.Tensor):
                 continue
             assert_close(g, r, f"input {k} after the call (mutation)", **tol)
-            if r.requires_grad:
+            if x.requires_grad:
                 assert (g.grad is None) == (r.grad is None), f"input {k}: grad presence differs"
                 if r.grad is not None:
                     assert_close(g.grad, r.grad, f"grad of input {k}", **tol)

@@ -18,6 +18,7 @@ when it is a library kernel worth calling (matmul, convolution, attention, `_sof
 Ops PyTorch already decomposes before ATen (`CompositeImplicitAutograd`: `linear`, `dropout`,
 `layer_norm`, `cross_entropy`, ...) never reach the table. A name that this torch version lacks
 is skipped and listed by `missing_decompositions()` (torch 2.11 and 2.13 have all of them today).
+Where torch has no decomposition kiln registers its own (`@register`, checked to be an ATen op).
 """
 
 from __future__ import annotations
@@ -100,6 +101,39 @@ decompose(
 )
 
 
+# kiln's own decompositions, for ops torch._decomp has none for.
+_OWN: dict[torch._ops.OpOverload, Callable] = {}
+
+
+def register(op: torch._ops.OpOverload, *, why: str):
+    """Register kiln's own decomposition of an ATen overload (checked to be one)."""
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+        raise ValueError(f"kiln decompositions: {op!r} is not an ATen op overload")
+
+    def wrap(fn: Callable) -> Callable:
+        if op in _OWN:
+            raise ValueError(f"kiln decompositions: {op} registered twice")
+        _OWN[op] = fn
+        DECOMPOSED[str(op).removeprefix("aten.")] = why
+        return fn
+
+    return wrap
+
+
+@register(aten.copy.default, why="functionalised copy_ has no derivative: expand + clone do")
+def _copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    out = src.to(dtype=dst.dtype, device=dst.device)
+    if out.shape != dst.shape:
+        out = out.expand(dst.shape)
+    return out.clone()
+
+
+def functionalization_repairs() -> dict[torch._ops.OpOverload, Callable]:
+    """Decompositions the functional forward needs before autograd differentiates it:
+    functionalisation turns `dst.copy_(src)` into `aten.copy`, which has no derivative."""
+    return dict(_OWN)
+
+
 def _overloads(name: str) -> list:
     packet_name, _, overload = name.partition(".")
     packet = getattr(aten, packet_name)
@@ -113,11 +147,14 @@ def _table() -> tuple[dict, tuple[str, ...]]:
     table: dict = {}
     missing: list[str] = []
     for name in DECOMPOSED:
+        if name in (str(op).removeprefix("aten.") for op in _OWN):
+            continue
         found = [op for op in _overloads(name) if op in _TORCH_TABLE]
         if not found:
             missing.append(name)
         for op in found:
             table[op] = _TORCH_TABLE[op]
+    table.update(_OWN)
     return table, tuple(missing)
 
 

@@ -4,10 +4,11 @@ Takes the captured `GraphModule`, its `GraphMeta` (analyze.py) and the call's in
 `torch.fx.GraphModule`s of ATen ops with no in-place ops and no input mutation, traced with
 `make_fx` on fake tensors (nothing runs for real, no memory is allocated):
 
-- `trace_functional_forward`: the torch-level graph through `torch.func.functionalize`, without
-  decompositions. Its outputs are `(new values of mutated inputs, fresh user outputs, bases of
-  view outputs)`; the runtime writes the first group back into the inputs. Tensors made while
-  grad mode is off are `detach`ed, so no-grad regions survive into the joint graph.
+- `trace_functional_forward`: the torch-level graph through `torch.func.functionalize`, with
+  only the decompositions autograd needs there (`decomps.functionalization_repairs`). Its
+  outputs are `(new values of mutated inputs, fresh user outputs, bases of view outputs)`; the
+  runtime writes the first group back into the inputs. Tensors made while grad mode is off are
+  `detach`ed, so no-grad regions survive into the joint graph.
 - `trace_joint`: forward and backward in one graph, by `torch.func.vjp` of the functional
   forward, under `functionalize` (backward formulas may use in-place ops) and kiln's
   decomposition table. Placeholders are `primals_*` then `tangents_*`; outputs are the forward's
@@ -29,6 +30,7 @@ from torch.func import functionalize, vjp
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
+from . import decomps
 from .analyze import GradModeInterpreter, GraphMeta
 
 aten = torch.ops.aten
@@ -123,7 +125,7 @@ def trace_functional_forward(
     """Stage 1 of training: functional ATen forward, no decompositions, no-grad made explicit."""
     mode = FakeTensorMode()
     body = _with_constants(_functional_body(gm, meta, grad_enabled, detach=True), inputs)
-    traced = _trace(body, fake_args(mode, inputs), mode, None)
+    traced = _trace(body, fake_args(mode, inputs), mode, decomps.functionalization_repairs())
     return FunctionalForward(traced, **_layout(meta))
 
 
