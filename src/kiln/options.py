@@ -77,8 +77,10 @@ class Options:
     @property
     def cache_size_limit(self) -> int:
         env = _env().get("KILN_CACHE_SIZE_LIMIT")
-        return int(env) if env and "cache_size_limit" not in self.config else self.get(
-            "cache_size_limit"
+        return (
+            int(env)
+            if env and "cache_size_limit" not in self.config
+            else self.get("cache_size_limit")
         )
 
 

@@ -9,7 +9,7 @@ from functools import reduce
 import pytest
 import torch
 import torch.nn.functional as F
-from harness import check, randn, randn2
+from harness import check, randn2
 
 SCALE = 0.5
 OFFSETS = [1.0, 2.0, 3.0]
@@ -46,16 +46,26 @@ PROGRAMS = {
     # torch functions, F calls and tensor methods
     "torch_funcs": (lambda x, y: torch.tanh(x) + torch.sigmoid(y) * torch.exp(-x.abs()), randn2(4)),
     "functional": (lambda x, y: F.gelu(x) + F.silu(y) + F.softmax(x, dim=-1), randn2(3, 8)),
-    "methods": (lambda x, y: x.sin().cos().clamp(-0.5, 0.5).mean(dim=1, keepdim=True), randn2(4, 6)),
+    "methods": (
+        lambda x, y: x.sin().cos().clamp(-0.5, 0.5).mean(dim=1, keepdim=True),
+        randn2(4, 6),
+    ),
     "views": (lambda x, y: x.view(2, -1).transpose(0, 1).reshape(-1).unsqueeze(0), randn2(4, 6)),
     "indexing": (lambda x, y: x[1:, ::2] + y[:-1, 1::2], randn2(5, 6)),
     "index_none_ellipsis": (lambda x, y: x[None, ..., 0] * y[..., 1], randn2(3, 4, 2)),
     "setitem": (lambda x, y: _setitem(x, y), randn2(4, 4)),
-    "cat_stack": (lambda x, y: torch.cat([x, y], dim=0) + torch.stack([x, y]).sum(0).repeat(2, 1),
-                  randn2(2, 3)),
-    "split_chunk": (lambda x, y: sum(c.sum() for c in x.chunk(3, dim=1)) + y.split(2)[0].mean(),
-                    randn2(4, 6)),
-    "reductions": (lambda x, y: (x.sum(), x.max(dim=1).values, y.argmax(-1), x.std()), randn2(4, 5)),
+    "cat_stack": (
+        lambda x, y: torch.cat([x, y], dim=0) + torch.stack([x, y]).sum(0).repeat(2, 1),
+        randn2(2, 3),
+    ),
+    "split_chunk": (
+        lambda x, y: sum(c.sum() for c in x.chunk(3, dim=1)) + y.split(2)[0].mean(),
+        randn2(4, 6),
+    ),
+    "reductions": (
+        lambda x, y: (x.sum(), x.max(dim=1).values, y.argmax(-1), x.std()),
+        randn2(4, 5),
+    ),
     "where_masked": (lambda x, y: torch.where(x > 0, x, y).masked_fill(y > 1, 0.0), randn2(6, 2)),
     "factory": (lambda x, y: x + torch.ones(3) * 2 + torch.arange(3).float(), randn2(3)),
     "like_funcs": (lambda x, y: torch.zeros_like(x) + torch.full_like(y, 2.0) + x, randn2(2, 2)),
@@ -64,8 +74,10 @@ PROGRAMS = {
     "linear_fn": (lambda x, y: F.linear(x, y, None), randn2(4, 4)),
     "softmax_chain": (lambda x, y: F.log_softmax(x @ y, dim=-1).exp(), randn2(5, 5)),
     "tensor_iter": (lambda x, y: [r * 2 for r in x], randn2(3, 4)),
-    "metadata": (lambda x, y: x.reshape(x.shape[0] * x.shape[1]) * x.dim() + x.numel(),
-                 randn2(2, 3)),
+    "metadata": (
+        lambda x, y: x.reshape(x.shape[0] * x.shape[1]) * x.dim() + x.numel(),
+        randn2(2, 3),
+    ),
     "size_method": (lambda x, y: x.new_zeros(x.size(0), 2) + y.size(-1), randn2(3, 2)),
     # control flow on constants, arguments, shapes, dtypes and devices
     "if_shape": (lambda x, y: x * 2 if x.shape[0] > 2 else x - 1, randn2(4, 2)),
@@ -74,8 +86,10 @@ PROGRAMS = {
     "if_ndim": (lambda x, y: x.sum(-1) if x.ndim == 2 else x, randn2(3, 3)),
     "if_none": (lambda x, y: _maybe(x, None) + _maybe(y, 2.0), randn2(3)),
     "if_isinstance": (lambda x, y: _isinst(x, 3) + _isinst(y, 2.5), randn2(4)),
-    "ternary_chain": (lambda x, y: (x if SCALE > 1 else y) * (2 if len(OFFSETS) == 3 else 3),
-                      randn2(3)),
+    "ternary_chain": (
+        lambda x, y: (x if SCALE > 1 else y) * (2 if len(OFFSETS) == 3 else 3),
+        randn2(3),
+    ),
     "while_loop": (lambda x, y: _while(x), randn2(3)),
     "early_return": (lambda x, y: _early(x, y), randn2(3)),
     "assert_shape": (lambda x, y: _asserts(x, y), randn2(4, 4)),
@@ -93,36 +107,46 @@ PROGRAMS = {
     "tuple_unpack": (lambda x, y: _unpack((x, y, 1)), randn2(2)),
     "star_unpack": (lambda x, y: _star_unpack([x, y, x, y]), randn2(2)),
     "dict_ops": (lambda x, y: _dict_ops(x, y), randn2(3)),
-    "set_ops": (lambda x, y: x * len({1, 2, 2, 3} | {4}) + y * (2 in {1, 2}), randn2(3)),
+    "set_ops": (lambda x, y: x * len({1, 2, 3} | {4}) + y * (2 in {1, 2}), randn2(3)),
     "slice_list": (lambda x, y: sum([x, y, x, y][1:3]), randn2(3)),
     "nested_struct_out": (lambda x, y: {"a": [x, (y, 1)], "b": {"c": x + y}}, randn2(2)),
     "list_arg": (lambda xs, k: xs[0] * k + xs[-1], lambda: ([torch.randn(3), torch.randn(3)], 2)),
-    "dict_arg": (lambda d, y: d["w"] @ y + d["b"], lambda: ({"w": torch.randn(3, 3),
-                                                               "b": torch.randn(3)},
-                                                              torch.randn(3))),
+    "dict_arg": (
+        lambda d, y: d["w"] @ y + d["b"],
+        lambda: ({"w": torch.randn(3, 3), "b": torch.randn(3)}, torch.randn(3)),
+    ),
     "tuple_return_mixed": (lambda x, y: (x.sum(), "tag", None, 2.5, torch.float32), randn2(3)),
     # comprehensions and generator expressions
     "listcomp": (lambda x, y: torch.stack([x * i for i in range(3)]), randn2(2)),
     "dictcomp": (lambda x, y: {f"k{i}": x + i for i in range(2)}, randn2(2)),
     "setcomp_len": (lambda x, y: x * len({i % 2 for i in range(5)}), randn2(2)),
     "genexp_sum": (lambda x, y: sum(x * i for i in range(4)), randn2(3)),
-    "genexp_any_all": (lambda x, y: x * any(i > 2 for i in range(4)) + y * all(
-        i < 9 for i in range(4)), randn2(3)),
-    "genexp_tuple_list": (lambda x, y: tuple(t + 1 for t in (x, y)) + tuple(list(
-        t * 2 for t in [x])), randn2(2)),
+    "genexp_any_all": (
+        lambda x, y: x * any(i > 2 for i in range(4)) + y * all(i < 9 for i in range(4)),
+        randn2(3),
+    ),
+    "genexp_tuple_list": (
+        lambda x, y: tuple(t + 1 for t in (x, y)) + tuple(list(t * 2 for t in [x])),
+        randn2(2),
+    ),
     "nested_comp": (lambda x, y: [[x * i + j for j in range(2)] for i in range(2)], randn2(2)),
     "comp_filter": (lambda x, y: [x * i for i in range(6) if i % 2 == 0], randn2(2)),
     # builtins
-    "len_isinstance": (lambda x, y: x * len([1, 2, 3]) if isinstance(y, torch.Tensor) else x,
-                       randn2(3)),
-    "getattr_hasattr": (lambda x, y: getattr(x, "sin")() + (1 if hasattr(y, "shape") else 0),
-                        randn2(3)),
+    "len_isinstance": (
+        lambda x, y: x * len([1, 2, 3]) if isinstance(y, torch.Tensor) else x,
+        randn2(3),
+    ),
+    "getattr_hasattr": (lambda x, y: x.sin() + (1 if hasattr(y, "shape") else 0), randn2(3)),
     "min_max_abs": (lambda x, y: x * min(3, 4, 1) + y * max([2, 5]) + abs(-2), randn2(3)),
     "round_sorted": (lambda x, y: x * round(2.567, 1) + sum(sorted([3, 1, 2])[:2]), randn2(3)),
-    "map_filter": (lambda x, y: sum(map(lambda t: t * 2, filter(lambda t: t is not None,
-                                                                 [x, None, y]))), randn2(3)),
-    "sorted_key": (lambda x, y: sorted([x, y], key=lambda t: t.shape[0])[0] * 2, lambda: (
-        torch.randn(3), torch.randn(2))),
+    "map_filter": (
+        lambda x, y: sum(map(lambda t: t * 2, filter(lambda t: t is not None, [x, None, y]))),
+        randn2(3),
+    ),
+    "sorted_key": (
+        lambda x, y: sorted([x, y], key=lambda t: t.shape[0])[0] * 2,
+        lambda: (torch.randn(3), torch.randn(2)),
+    ),
     "zip_strict_like": (lambda x, y: [a + b for a, b in zip([x, y], [y, x])], randn2(2)),
     "int_float_bool": (lambda x, y: x * int(2.7) + y * float("1.5") * bool(1), randn2(2)),
     "divmod_pow": (lambda x, y: x * divmod(7, 3)[1] + pow(2, 3), randn2(2)),
@@ -131,13 +155,17 @@ PROGRAMS = {
     "math_funcs": (lambda x, y: x * math.sqrt(16) + y * math.cos(0) + math.pi, randn2(3)),
     "math_scale": (lambda x, y: x / math.sqrt(x.shape[-1]) + math.log(2), randn2(3, 4)),
     "operator_funcs": (lambda x, y: operator.mul(operator.add(x, y), 2), randn2(3)),
-    "operator_getitem": (lambda x, y: operator.getitem([x, y], 1) + operator.itemgetter(0)([x]),
-                         randn2(3)),
+    "operator_getitem": (
+        lambda x, y: operator.getitem([x, y], 1) + operator.itemgetter(0)([x]),
+        randn2(3),
+    ),
     # globals and closures
     "global_const": (lambda x, y: x * SCALE + OFFSETS[1] + TABLE["b"], randn2(3)),
     "global_function": (lambda x, y: helper_double(x) + ADD3(y), randn2(3)),
-    "closure_var": (_closure_prog := (lambda: (lambda k: (lambda x, y: x * k + y))(3.0))(),
-                    randn2(3)),
+    "closure_var": (
+        _closure_prog := (lambda: (lambda k: lambda x, y: x * k + y)(3.0))(),
+        randn2(3),
+    ),
     "closure_tensor": (None, randn2(3)),
     "nested_function": (lambda x, y: _nested_fn(x, y), randn2(3)),
     "closure_nonlocal": (lambda x, y: _nonlocal(x), randn2(3)),
@@ -147,7 +175,7 @@ PROGRAMS = {
 }
 
 _TENSOR_CONST = torch.randn(3)
-PROGRAMS["closure_tensor"] = ((lambda c: (lambda x, y: x + c * y))(_TENSOR_CONST), randn2(3))
+PROGRAMS["closure_tensor"] = ((lambda c: lambda x, y: x + c * y)(_TENSOR_CONST), randn2(3))
 
 
 def _inplace_local(x, y):

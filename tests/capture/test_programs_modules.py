@@ -223,11 +223,15 @@ MODULES = {
     "recursion": (Recursive, randn(3)),
     "dataclass_namedtuple_out": (DataOut, randn(3, 4)),
     "callable_object_partial": (UsesHelper, randn(4)),
-    "embedding_bag": (lambda: nn.EmbeddingBag(10, 4, mode="mean"),
-                      lambda: (torch.randint(0, 10, (3, 5)),)),
+    "embedding_bag": (
+        lambda: nn.EmbeddingBag(10, 4, mode="mean"),
+        lambda: (torch.randint(0, 10, (3, 5)),),
+    ),
     "rnn_cell": (lambda: nn.GRUCell(4, 6), randn(2, 4)),
-    "conv_pool": (lambda: nn.Sequential(nn.Conv2d(2, 3, 3), nn.MaxPool2d(2), nn.Flatten()),
-                  randn(2, 2, 8, 8)),
+    "conv_pool": (
+        lambda: nn.Sequential(nn.Conv2d(2, 3, 3), nn.MaxPool2d(2), nn.Flatten()),
+        randn(2, 2, 8, 8),
+    ),
 }
 
 
@@ -244,23 +248,27 @@ def test_module_eval_mode_bn():
 def test_module_kwargs_and_varargs():
     torch.manual_seed(0)
     mod = KwModule()
-    import kiln
     from harness import CountingBackend
+
+    import kiln
 
     backend = CountingBackend()
     cm = kiln.compile(mod, backend=backend)
     for _ in range(3):
         x, e = torch.randn(2, 3), torch.randn(2, 3)
-        torch.testing.assert_close(cm(x, e, scale=2.0, square=True),
-                                   mod(x, e, scale=2.0, square=True))
+        torch.testing.assert_close(
+            cm(x, e, scale=2.0, square=True), mod(x, e, scale=2.0, square=True)
+        )
     assert len(backend.graphs) == 1
 
 
 def test_forward_hooks_run_and_are_guarded():
-    import kiln
     from harness import CountingBackend
 
+    import kiln
+
     mod = MLP()
+
     def pre(m, args):
         return (args[0] * 2,)
 
@@ -292,10 +300,15 @@ FUNCS = {
     "lambda_inline": (lambda x, y: (lambda t, s=2: t * s)(x) + y, randn2(3)),
     "recursion_fn": (lambda x, y: _fact(x, 4), randn2(3)),
     "method_on_object": (lambda x, y: CallableHelper(2.0)(x) + y, randn2(3)),
-    "namedtuple_in": (lambda p, y: p.a * p.b + y, lambda: (Pair(torch.randn(2), torch.randn(2)),
-                                                           torch.randn(2))),
+    "namedtuple_in": (
+        lambda p, y: p.a * p.b + y,
+        lambda: (Pair(torch.randn(2), torch.randn(2)), torch.randn(2)),
+    ),
     "namedtuple_out": (lambda x, y: Pair(x + 1, y * 2), randn2(2)),
-    "dataclass_in": (lambda c, x: x * c.scale + (1 if c.bias else 0), lambda: (Cfg(), torch.randn(3))),
+    "dataclass_in": (
+        lambda c, x: x * c.scale + (1 if c.bias else 0),
+        lambda: (Cfg(), torch.randn(3)),
+    ),
     "dataclass_out": (lambda x, y: Out(logits=x @ y, aux=0.5), randn2(3, 3)),
     "generator_fn": (lambda x, y: sum(_gen(x, 3)), randn2(3)),
     "generator_zip": (lambda x, y: [a * b for a, b in zip(_gen(x, 2), _gen(y, 2))], randn2(3)),
@@ -411,8 +424,10 @@ def _grad_args():
     return (torch.randn(3, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True))
 
 
-@pytest.mark.parametrize("fn", [_no_grad_inside, _no_grad_decorated, _enable_grad_inside,
-                                _autocast_inside, _set_grad_enabled])
+@pytest.mark.parametrize(
+    "fn",
+    [_no_grad_inside, _no_grad_decorated, _enable_grad_inside, _autocast_inside, _set_grad_enabled],
+)
 def test_grad_mode_and_autocast(fn):
     check(fn, _grad_args)
     assert torch.is_grad_enabled()
@@ -452,11 +467,14 @@ def _dict_store(d, y):
     return y * 3
 
 
-@pytest.mark.parametrize("fn,make_args", [
-    (_inplace_input, randn2(4)),
-    (_list_append, lambda: ([torch.randn(2)], torch.randn(2))),
-    (_dict_store, lambda: ({"drop": 1, "keep": torch.randn(2)}, torch.randn(2))),
-])
+@pytest.mark.parametrize(
+    "fn,make_args",
+    [
+        (_inplace_input, randn2(4)),
+        (_list_append, lambda: ([torch.randn(2)], torch.randn(2))),
+        (_dict_store, lambda: ({"drop": 1, "keep": torch.randn(2)}, torch.randn(2))),
+    ],
+)
 def test_mutation_replayed(fn, make_args):
     check(fn, make_args)
 

@@ -131,6 +131,3 @@ def for_iter_exhausted_index(info: CodeInfo, inst) -> int:
 
 def make_function_flags(inst) -> int:
     return inst.arg if PY < (3, 13) else 0
-
-
-INTRINSIC_1: list[str] = list(getattr(dis, "_intrinsic1_descs", []))

@@ -27,41 +27,147 @@ from .sources import AttrSource, ConstSource, GlobalSource
 # Python functions run natively rather than inlined: torch APIs that dispatch through
 # __torch_function__ (the recording mode sees them as one call) and pure library helpers.
 NATIVE_PY_MODULES = (
-    "torch.nn.functional", "torch.functional", "torch._tensor", "torch.overrides",
-    "torch._jit_internal", "torch.nn.init", "torch._refs", "torch._prims", "torch._decomp",
-    "torch.fx", "torch.utils._pytree", "torch.autograd.grad_mode", "torch.amp.autocast_mode",
-    "torch.random", "dataclasses", "typing", "inspect", "abc", "copy", "enum", "warnings",
-    "collections", "_collections_abc", "re", "string", "numbers", "torch.types",
-    "torch._utils", "torch.utils.hooks",
+    "torch.nn.functional",
+    "torch.functional",
+    "torch._tensor",
+    "torch.overrides",
+    "torch._jit_internal",
+    "torch.nn.init",
+    "torch._refs",
+    "torch._prims",
+    "torch._decomp",
+    "torch.fx",
+    "torch.utils._pytree",
+    "torch.autograd.grad_mode",
+    "torch.amp.autocast_mode",
+    "torch.random",
+    "dataclasses",
+    "typing",
+    "inspect",
+    "abc",
+    "copy",
+    "enum",
+    "warnings",
+    "collections",
+    "_collections_abc",
+    "re",
+    "string",
+    "numbers",
+    "torch.types",
+    "torch._utils",
+    "torch.utils.hooks",
 )
 # ... except these, which must be inlined because they make decisions on their inputs
 INLINE_PY = set()
 
 PURE_BUILTINS = {
-    abs, all, any, ascii, bin, bool, callable, chr, divmod, enumerate, filter, float, format,
-    frozenset, hash, hex, int, isinstance, issubclass, iter, len, list, map, max, min, next,
-    oct, ord, pow, range, repr, reversed, round, set, slice, sorted, str, sum, tuple, type,
-    zip, dict, complex, object, bytes, id,
+    abs,
+    all,
+    any,
+    ascii,
+    bin,
+    bool,
+    callable,
+    chr,
+    divmod,
+    enumerate,
+    filter,
+    float,
+    format,
+    frozenset,
+    hash,
+    hex,
+    int,
+    isinstance,
+    issubclass,
+    iter,
+    len,
+    list,
+    map,
+    max,
+    min,
+    next,
+    oct,
+    ord,
+    pow,
+    range,
+    repr,
+    reversed,
+    round,
+    set,
+    slice,
+    sorted,
+    str,
+    sum,
+    tuple,
+    type,
+    zip,
+    dict,
+    complex,
+    object,
+    bytes,
+    id,
 }
-PURE_MODULES = ("math", "operator", "_operator", "itertools", "functools", "_functools",
-                "builtins", "cmath", "_abc", "posix", "_collections", "string")
+PURE_MODULES = (
+    "math",
+    "operator",
+    "_operator",
+    "itertools",
+    "functools",
+    "_functools",
+    "builtins",
+    "cmath",
+    "_abc",
+    "posix",
+    "_collections",
+    "string",
+)
 MUTATING = {
-    "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update",
-    "setdefault", "popitem", "add", "discard", "difference_update", "intersection_update",
-    "symmetric_difference_update", "__setitem__", "__delitem__", "__iadd__", "__ior__",
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "remove",
+    "clear",
+    "sort",
+    "reverse",
+    "update",
+    "setdefault",
+    "popitem",
+    "add",
+    "discard",
+    "difference_update",
+    "intersection_update",
+    "symmetric_difference_update",
+    "__setitem__",
+    "__delitem__",
+    "__iadd__",
+    "__ior__",
     "move_to_end",
 }
 CONTAINERS = (list, dict, set, collections_deque := __import__("collections").deque)
 # torch C functions that change global state kiln does not record in graphs
 GRAD_STATE = {
-    "_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype",
-    "autocast_increment_nesting", "autocast_decrement_nesting", "clear_autocast_cache",
-    "set_autocast_cache_enabled", "set_autocast_cpu_enabled", "set_autocast_gpu_dtype",
-    "set_autocast_cpu_dtype", "set_autocast_ipu_enabled", "set_autocast_xla_enabled",
+    "_set_grad_enabled",
+    "set_autocast_enabled",
+    "set_autocast_dtype",
+    "autocast_increment_nesting",
+    "autocast_decrement_nesting",
+    "clear_autocast_cache",
+    "set_autocast_cache_enabled",
+    "set_autocast_cpu_enabled",
+    "set_autocast_gpu_dtype",
+    "set_autocast_cpu_dtype",
+    "set_autocast_ipu_enabled",
+    "set_autocast_xla_enabled",
 }
 BUILTIN_TYPES = (
-    types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodDescriptorType,
-    types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.ClassMethodDescriptorType,
 )
 
 _disabled: set[int] = set()
@@ -103,8 +209,10 @@ def _attr_source(tracer, obj, src, name, value):
     version guard; every other attribute is read through its path."""
     if isinstance(obj, torch.nn.Module):
         d = obj.__dict__
-        structural = name in STRUCTURE or isinstance(value, (torch.Tensor, torch.nn.Module)) and any(
-            name in d.get(k, ()) for k in STRUCTURE
+        structural = (
+            name in STRUCTURE
+            or isinstance(value, (torch.Tensor, torch.nn.Module))
+            and any(name in d.get(k, ()) for k in STRUCTURE)
         )
         if structural:
             _tree_guard(tracer)
@@ -120,8 +228,15 @@ def _attr_source(tracer, obj, src, name, value):
 
 def _tree_guard(tracer) -> None:
     module_tree.install()
-    tracer.guards.add(G.Guard(None, "TREE", "{v}[0] == " + str(module_tree.VERSION[0]),
-                              {"v": module_tree.VERSION}, "nn.Module structure unchanged"))
+    tracer.guards.add(
+        G.Guard(
+            None,
+            "TREE",
+            "{v}[0] == " + str(module_tree.VERSION[0]),
+            {"v": module_tree.VERSION},
+            "nn.Module structure unchanged",
+        )
+    )
 
 
 def python_dunder(obj, name: str):
@@ -137,8 +252,9 @@ def python_dunder(obj, name: str):
 def store_attr(interp, obj: Any, name: str, value: Any) -> None:
     tracer = interp.tracer
     if isinstance(obj, torch.Tensor):
-        tracer.graph_break(f"assignment to tensor attribute .{name}",
-                           "do it outside the compiled function")
+        tracer.graph_break(
+            f"assignment to tensor attribute .{name}", "do it outside the compiled function"
+        )
     setattr(obj, name, value)
     tracer.mutated_attrs.add((id(obj), name))
     src = tracer.source_of(obj)
@@ -207,9 +323,28 @@ def _is_native_module(mod: str) -> bool:
 @functools.lru_cache(maxsize=4096)
 def _is_library(mod: str) -> bool:
     top = mod.split(".", 1)[0]
-    return top in ("torch", "math", "operator", "functools", "itertools", "collections",
-                   "typing", "dataclasses", "numpy", "builtins", "enum", "copy", "inspect",
-                   "warnings", "sys", "os", "re", "abc", "einops", "transformers")
+    return top in (
+        "torch",
+        "math",
+        "operator",
+        "functools",
+        "itertools",
+        "collections",
+        "typing",
+        "dataclasses",
+        "numpy",
+        "builtins",
+        "enum",
+        "copy",
+        "inspect",
+        "warnings",
+        "sys",
+        "os",
+        "re",
+        "abc",
+        "einops",
+        "transformers",
+    )
 
 
 def native_call(interp, fn, args, kwargs):
@@ -247,17 +382,24 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
         if _hashable(fn) and fn in _ITERATING:
             args = _materialize(interp, fn, args)
         return fn(*_trampolines(interp, args), **kwargs)
-    if mod.startswith("torch") or isinstance(owner, types.ModuleType) and owner.__name__.startswith(
-        "torch"
+    if (
+        mod.startswith("torch")
+        or isinstance(owner, types.ModuleType)
+        and owner.__name__.startswith("torch")
     ):
         if _stateful_torch(name):
-            return _break_and_run(interp, fn, args, kwargs,
-                                  f"torch.{name} changes global state a graph cannot replay")
+            return _break_and_run(
+                interp, fn, args, kwargs, f"torch.{name} changes global state a graph cannot replay"
+            )
         return native_call(interp, fn, args, kwargs)
     if isinstance(owner, type) and (owner.__module__ or "").startswith("torch"):
         return native_call(interp, fn, args, kwargs)
     return _break_and_run(
-        interp, fn, args, kwargs, f"call to {_describe(fn)}, which kiln does not model",
+        interp,
+        fn,
+        args,
+        kwargs,
+        f"call to {_describe(fn)}, which kiln does not model",
         "wrap it with kiln.allow_in_graph if it is a pure tensor function, or call it outside "
         "the compiled function",
     )
@@ -267,7 +409,9 @@ def _stateful_torch(name: str) -> bool:
     if name in GRAD_STATE:
         return False
     return name.startswith(("set_", "_set_", "manual_seed", "seed")) or name in (
-        "use_deterministic_algorithms", "set_default_dtype", "set_rng_state",
+        "use_deterministic_algorithms",
+        "set_default_dtype",
+        "set_rng_state",
     )
 
 
@@ -285,8 +429,24 @@ def _hashable(x) -> bool:
         return False
 
 
-_ITERATING = {enumerate, zip, list, tuple, set, frozenset, sorted, sum, map, filter, min, max,
-              any, all, reversed, dict}
+_ITERATING = {
+    enumerate,
+    zip,
+    list,
+    tuple,
+    set,
+    frozenset,
+    sorted,
+    sum,
+    map,
+    filter,
+    min,
+    max,
+    any,
+    all,
+    reversed,
+    dict,
+}
 
 
 def _materialize(interp, fn, args: tuple) -> tuple:
@@ -342,8 +502,11 @@ def call_class(interp, cls: type, args: tuple, kwargs: dict) -> Any:
     if issubclass(cls, torch.nn.Module):
         from .. import logs
 
-        logs.log("perf_hints", f"an nn.Module ({cls.__qualname__}) is constructed inside a "
-                               "compiled function; its parameters become graph constants")
+        logs.log(
+            "perf_hints",
+            f"an nn.Module ({cls.__qualname__}) is constructed inside a "
+            "compiled function; its parameters become graph constants",
+        )
     return native_call(interp, cls, _trampolines(interp, args), kwargs)
 
 
@@ -408,10 +571,15 @@ def _guard_global_hooks(tracer) -> None:
         return
     tracer._global_hooks_guarded = True
     g = torch.nn.modules.module.__dict__
-    for name in ("_global_forward_pre_hooks", "_global_forward_hooks",
-                 "_global_backward_hooks", "_global_backward_pre_hooks"):
-        tracer.guards.add(G.Guard(GlobalSource(g, name, False), "HOOKS", "not {s}", {},
-                                  "no global module hooks"))
+    for name in (
+        "_global_forward_pre_hooks",
+        "_global_forward_hooks",
+        "_global_backward_hooks",
+        "_global_backward_pre_hooks",
+    ):
+        tracer.guards.add(
+            G.Guard(GlobalSource(g, name, False), "HOOKS", "not {s}", {}, "no global module hooks")
+        )
 
 
 # ---- builtins with interpreter semantics ------------------------------------------------------
@@ -443,8 +611,10 @@ def _delattr(interp, args, kwargs):
 def _print(interp, args, kwargs):
     tracer = interp.tracer
     if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
-        tracer.graph_break("print() of a tensor needs its values",
-                           "print outside the compiled function, or print metadata only")
+        tracer.graph_break(
+            "print() of a tensor needs its values",
+            "print outside the compiled function, or print metadata only",
+        )
     elif tracer.recording:
         if kwargs.get("file") is not None:
             tracer.graph_break("print(file=...) writes to a stream kiln does not replay")

@@ -23,8 +23,14 @@ from ..backends.registry import lookup_backend
 from . import calls, module_tree
 from .errors import AbortTrace, FullgraphBreak, Unsupported
 from .interpreter import Interpreter
-from .residual import MISS, NotRebuildable, Rebuilder, build_entry, side_effect_lines
-from .residual import signature_text
+from .residual import (
+    MISS,
+    NotRebuildable,
+    Rebuilder,
+    build_entry,
+    side_effect_lines,
+    signature_text,
+)
 from .sources import ConstSource, LocalSource, Namer
 from .tracer import Tracer
 
@@ -37,8 +43,9 @@ def is_tracing() -> bool:
 
 
 class CompiledFunction:
-    def __init__(self, root_callable: Callable, signature_of: Callable, opts, label: str,
-                 root_globals: dict) -> None:
+    def __init__(
+        self, root_callable: Callable, signature_of: Callable, opts, label: str, root_globals: dict
+    ) -> None:
         self.root_callable = root_callable
         self.opts = opts
         self.label = label
@@ -51,10 +58,12 @@ class CompiledFunction:
         try:
             sig = inspect.signature(signature_of)
         except (TypeError, ValueError):
-            sig = inspect.Signature([
-                inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
-                inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
-            ])
+            sig = inspect.Signature(
+                [
+                    inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                    inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+                ]
+            )
         self.signature = sig
         self.params, self.forward_call, self.defaults, self.kwdefaults = signature_text(sig)
         _all_compiled.add(self)
@@ -68,8 +77,13 @@ class CompiledFunction:
     @classmethod
     def for_module(cls, mod: torch.nn.Module, opts) -> "CompiledFunction":
         fwd = type(mod).forward
-        return cls(mod, mod.forward, opts, f"{type(mod).__qualname__}.forward",
-                   getattr(fwd, "__globals__", {}))
+        return cls(
+            mod,
+            mod.forward,
+            opts,
+            f"{type(mod).__qualname__}.forward",
+            getattr(fwd, "__globals__", {}),
+        )
 
     # ---- calls --------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -92,8 +106,9 @@ class CompiledFunction:
             )
             return self.root_callable(*args, **kwargs)
         if self.entries and logs.is_on("recompiles"):
-            logs.log("recompiles", lambda: f"recompiling {self.label}: "
-                                           f"{self._why_missed(args, kwargs)}")
+            logs.log(
+                "recompiles", lambda: f"recompiling {self.label}: {self._why_missed(args, kwargs)}"
+            )
         return self._trace(args, kwargs)
 
     def _why_missed(self, args, kwargs) -> str:
@@ -122,7 +137,9 @@ class CompiledFunction:
                     tracer.track(value, LocalSource(name))
                 if isinstance(self.root_callable, torch.nn.Module):
                     tracer.sources[id(self.root_callable)] = (
-                        self.root_callable, ConstSource(self.root_callable, "self"))
+                        self.root_callable,
+                        ConstSource(self.root_callable, "self"),
+                    )
                 elif isinstance(self.root_callable, types.MethodType):
                     owner = self.root_callable.__self__
                     tracer.track(owner, ConstSource(owner, "self"))
@@ -142,8 +159,11 @@ class CompiledFunction:
             _state.depth -= 1
         if tracer.broken is not None:
             b = tracer.broken
-            self._give_up(f"graph break: {b.reason}\n  at {b.where}"
-                          + (f"\n  hint: {b.hint}" if b.hint else ""), tracer)
+            self._give_up(
+                f"graph break: {b.reason}\n  at {b.where}"
+                + (f"\n  hint: {b.hint}" if b.hint else ""),
+                tracer,
+            )
             return result
         try:
             self._install(tracer, result)
@@ -164,8 +184,9 @@ class CompiledFunction:
         result_expr = rb.expr(result)
         effects = side_effect_lines(tracer, rb)
         graph = tracer.graph
-        has_compute = any(n.op in ("call_function", "call_method", "call_module")
-                          for n in graph.nodes)
+        has_compute = any(
+            n.op in ("call_function", "call_method", "call_module") for n in graph.nodes
+        )
         inputs = [src.expr(namer) for src, _, _ in tracer.placeholders]
         compiled = None
         if has_compute:
@@ -182,16 +203,29 @@ class CompiledFunction:
             self.compiles += 1
             compiled = backend(gm, example_inputs)
             if not callable(compiled):
-                raise TypeError(f"backend {self.opts.backend!r} returned {compiled!r}, which "
-                                "is not callable")
+                raise TypeError(
+                    f"backend {self.opts.backend!r} returned {compiled!r}, which is not callable"
+                )
             namer.bind("___graph", compiled)
         name = f"___entry_{len(self.entries)}"
         entry, source = build_entry(
-            self.params, self.defaults, self.kwdefaults, tracer.guards.exprs(namer), inputs,
-            compiled is not None, effects, result_expr, namer, name,
+            self.params,
+            self.defaults,
+            self.kwdefaults,
+            tracer.guards.exprs(namer),
+            inputs,
+            compiled is not None,
+            effects,
+            result_expr,
+            namer,
+            name,
         )
-        logs.log("guards", lambda: f"guards of {self.label} entry {len(self.entries)}:\n"
-                                   f"{tracer.guards.describe()}")
+        logs.log(
+            "guards",
+            lambda: (
+                f"guards of {self.label} entry {len(self.entries)}:\n{tracer.guards.describe()}"
+            ),
+        )
         logs.log("bytecode", lambda: f"residual of {self.label}:\n{source}")
         self.entries.append(entry)
         self.entry_sources.append(source)

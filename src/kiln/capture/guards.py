@@ -84,9 +84,7 @@ def constant_guard(source: Source, value: Any) -> Guard:
     if isinstance(value, torch.dtype):
         return Guard(source, "CONST", "{s} is {v}", {"v": value}, f"is {value}")
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        check = "type({s}) is float and " + (
-            "{s} != {s}" if math.isnan(value) else "{s} == {v}"
-        )
+        check = "type({s}) is float and " + ("{s} != {s}" if math.isnan(value) else "{s} == {v}")
         return Guard(source, "CONST", check, {"v": value}, f"== {value!r}")
     literal = repr(value)
     if type(value) in (int, str, float) and len(literal) < 80:
@@ -94,7 +92,10 @@ def constant_guard(source: Source, value: Any) -> Guard:
         check = f"type({{s}}) is {type(value).__name__} and {{s}} == {escaped}"
         return Guard(source, "CONST", check, {}, f"== {literal}")
     return Guard(
-        source, "CONST", "type({s}) is {t} and {s} == {v}", {"t": type(value), "v": value},
+        source,
+        "CONST",
+        "type({s}) is {t} and {s} == {v}",
+        {"t": type(value), "v": value},
         f"== {value!r:.60}",
     )
 
@@ -102,7 +103,10 @@ def constant_guard(source: Source, value: Any) -> Guard:
 def len_guard(source: Source, value: Any) -> Guard:
     n = len(value)
     return Guard(
-        source, "LEN", "type({s}) is {t} and len({s}) == " + str(n), {"t": type(value)},
+        source,
+        "LEN",
+        "type({s}) is {t} and len({s}) == " + str(n),
+        {"t": type(value)},
         f"is a {type(value).__name__} of length {n}",
     )
 
@@ -110,7 +114,10 @@ def len_guard(source: Source, value: Any) -> Guard:
 def keys_guard(source: Source, value: dict) -> Guard:
     keys = tuple(value.keys())
     return Guard(
-        source, "KEYS", "type({s}) is {t} and tuple({s}) == {k}", {"t": type(value), "k": keys},
+        source,
+        "KEYS",
+        "type({s}) is {t} and tuple({s}) == {k}",
+        {"t": type(value), "k": keys},
         f"is a {type(value).__name__} with keys {list(keys)!r:.80}",
     )
 

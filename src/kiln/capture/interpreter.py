@@ -31,8 +31,17 @@ CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERAB
 
 class Frame:
     __slots__ = (
-        "fn", "code", "info", "globals", "builtins", "locals", "stack", "pc", "kw_names",
-        "is_root", "root_globals",
+        "fn",
+        "code",
+        "info",
+        "globals",
+        "builtins",
+        "locals",
+        "stack",
+        "pc",
+        "kw_names",
+        "is_root",
+        "root_globals",
     )
 
     def __init__(self, fn: types.FunctionType, locals_: dict, is_root: bool = False) -> None:
@@ -159,8 +168,11 @@ class InterpGenerator:
         raise StopIteration(v)
 
     def throw(self, typ, val=None, tb=None):
-        exc = typ if isinstance(typ, BaseException) else (typ(val) if val is None or not
-                                                           isinstance(val, BaseException) else val)
+        exc = (
+            typ
+            if isinstance(typ, BaseException)
+            else (typ(val) if val is None or not isinstance(val, BaseException) else val)
+        )
         if self.finished or not self.started:
             self.finished = True
             raise exc
@@ -249,6 +261,6 @@ def bind_args(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict:
 
 
 # importing the handler modules registers them with bytecode.opcode
-from . import ops_basic, ops_call, ops_control, ops_build  # noqa: E402,F401
+from . import ops_basic, ops_build, ops_call, ops_control  # noqa: E402,F401
 
 assert bytecode.handler("LOAD_FAST") is not None

@@ -65,8 +65,9 @@ def op_return_const(interp, frame, inst):
 
 # ---- locals ------------------------------------------------------------------------------------
 def _unbound_local(name):
-    return UnboundLocalError(f"cannot access local variable '{name}' where it is not associated "
-                             "with a value")
+    return UnboundLocalError(
+        f"cannot access local variable '{name}' where it is not associated with a value"
+    )
 
 
 @opcode("LOAD_FAST_CHECK", since=(3, 12))
@@ -148,11 +149,15 @@ def op_load_deref(interp, frame, inst):
     try:
         value = cell.cell_contents
     except ValueError:
-        raise NameError(f"cannot access free variable '{inst.argval}' where it is not "
-                        "associated with a value in enclosing scope") from None
+        raise NameError(
+            f"cannot access free variable '{inst.argval}' where it is not "
+            "associated with a value in enclosing scope"
+        ) from None
     tracer = interp.tracer
-    if tracer.recording and id(cell) not in tracer.inner_cells and id(cell) not in (
-        tracer.mutated_objs
+    if (
+        tracer.recording
+        and id(cell) not in tracer.inner_cells
+        and id(cell) not in (tracer.mutated_objs)
     ):
         tracer.track(value, CellSource(cell, inst.argval))
     frame.stack.append(value)
@@ -289,17 +294,40 @@ def op_delete_attr(interp, frame, inst):
 
 # ---- operators ---------------------------------------------------------------------------------
 BINARY = {
-    "+": operator.add, "&": operator.and_, "//": operator.floordiv, "<<": operator.lshift,
-    "@": operator.matmul, "*": operator.mul, "%": operator.mod, "|": operator.or_,
-    "**": operator.pow, ">>": operator.rshift, "-": operator.sub, "/": operator.truediv,
-    "^": operator.xor, "+=": operator.iadd, "&=": operator.iand, "//=": operator.ifloordiv,
-    "<<=": operator.ilshift, "@=": operator.imatmul, "*=": operator.imul, "%=": operator.imod,
-    "|=": operator.ior, "**=": operator.ipow, ">>=": operator.irshift, "-=": operator.isub,
-    "/=": operator.itruediv, "^=": operator.ixor,
+    "+": operator.add,
+    "&": operator.and_,
+    "//": operator.floordiv,
+    "<<": operator.lshift,
+    "@": operator.matmul,
+    "*": operator.mul,
+    "%": operator.mod,
+    "|": operator.or_,
+    "**": operator.pow,
+    ">>": operator.rshift,
+    "-": operator.sub,
+    "/": operator.truediv,
+    "^": operator.xor,
+    "+=": operator.iadd,
+    "&=": operator.iand,
+    "//=": operator.ifloordiv,
+    "<<=": operator.ilshift,
+    "@=": operator.imatmul,
+    "*=": operator.imul,
+    "%=": operator.imod,
+    "|=": operator.ior,
+    "**=": operator.ipow,
+    ">>=": operator.irshift,
+    "-=": operator.isub,
+    "/=": operator.itruediv,
+    "^=": operator.ixor,
 }
 COMPARE = {
-    "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
-    ">": operator.gt, ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 
 

@@ -96,8 +96,11 @@ def op_make_function(interp, frame, inst):
     if kwdefaults:
         fn.__kwdefaults__ = kwdefaults
     if annotations:
-        fn.__annotations__ = dict(zip(annotations[::2], annotations[1::2])) if isinstance(
-            annotations, tuple) else annotations
+        fn.__annotations__ = (
+            dict(zip(annotations[::2], annotations[1::2]))
+            if isinstance(annotations, tuple)
+            else annotations
+        )
     interp.tracer.keepalive.append(fn)
     stack.append(fn)
 
@@ -119,7 +122,7 @@ def op_set_function_attribute(interp, frame, inst):
 
 @opcode("CALL_INTRINSIC_1", since=(3, 12))
 def op_call_intrinsic_1(interp, frame, inst):
-    name = bc.INTRINSIC_1[inst.arg]
+    name = inst.argrepr  # dis names the intrinsic (e.g. INTRINSIC_UNARY_POSITIVE)
     value = frame.stack.pop()
     if name == "INTRINSIC_UNARY_POSITIVE":
         frame.stack.append(+value)
@@ -161,4 +164,6 @@ def op_import_from(interp, frame, inst):
         if full in sys.modules:
             frame.stack.append(sys.modules[full])
         else:
-            raise ImportError(f"cannot import name '{inst.argval}' from '{module.__name__}'")
+            raise ImportError(
+                f"cannot import name '{inst.argval}' from '{module.__name__}'"
+            ) from None

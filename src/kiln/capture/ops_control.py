@@ -95,8 +95,9 @@ def op_get_yield_from_iter(interp, frame, inst):
 
 
 def _is_generator(obj) -> bool:
-    from .interpreter import InterpGenerator
     import types
+
+    from .interpreter import InterpGenerator
 
     return isinstance(obj, (InterpGenerator, types.GeneratorType))
 

@@ -76,9 +76,14 @@ class Rebuilder:
             inner = ", ".join(self.expr(v, depth + 1) for v in value)
             return f"({inner},)" if len(value) == 1 else f"({inner})"
         if t is dict:
-            return "{" + ", ".join(
-                f"{self.expr(k, depth + 1)}: {self.expr(v, depth + 1)}" for k, v in value.items()
-            ) + "}"
+            return (
+                "{"
+                + ", ".join(
+                    f"{self.expr(k, depth + 1)}: {self.expr(v, depth + 1)}"
+                    for k, v in value.items()
+                )
+                + "}"
+            )
         if t in (set, frozenset):
             inner = ", ".join(self.expr(v, depth + 1) for v in value)
             return f"{self.namer.const(t)}([{inner}])"
@@ -96,9 +101,11 @@ class Rebuilder:
             )
             return f"{self.namer.const(t)}([{items}])"
         if isinstance(value, (types.FunctionType, types.MethodType)):
-            if isinstance(value, types.FunctionType) and not value.__closure__ and id(
-                value
-            ) not in {id(k) for k in tracer.keepalive}:
+            if (
+                isinstance(value, types.FunctionType)
+                and not value.__closure__
+                and id(value) not in {id(k) for k in tracer.keepalive}
+            ):
                 return self.namer.const(value)
             raise NotRebuildable(f"a function created inside the compiled frame ({value!r:.60})")
         if isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType)):
@@ -106,9 +113,7 @@ class Rebuilder:
         if isinstance(value, torch.nn.Module):
             return self.namer.const(value)
         if hasattr(value, "__dict__") and not hasattr(t, "__slots__"):
-            fields = ", ".join(
-                f"{k!r}: {self.expr(v, depth + 1)}" for k, v in vars(value).items()
-            )
+            fields = ", ".join(f"{k!r}: {self.expr(v, depth + 1)}" for k, v in vars(value).items())
             return f"___rebuild_object({self.namer.const(t)}, {{{fields}}})"
         raise NotRebuildable(f"a {t.__qualname__} object made inside the compiled frame")
 
@@ -116,9 +121,7 @@ class Rebuilder:
         t = type(value)
         init_fields = [f for f in dataclasses.fields(value) if f.init]
         if isinstance(value, dict):  # transformers' ModelOutput: a dict and a dataclass at once
-            kw = ", ".join(
-                f"{k}={self.expr(v, depth + 1)}" for k, v in value.items()
-            )
+            kw = ", ".join(f"{k}={self.expr(v, depth + 1)}" for k, v in value.items())
             return f"{self.namer.const(t)}({kw})"
         state = {k: v for k, v in vars(value).items()}
         if set(state) == {f.name for f in init_fields}:
@@ -151,11 +154,14 @@ def side_effect_lines(tracer, rb: Rebuilder) -> list[str]:
                 lines.append(f"{target}[:] = {rb.expr(list(obj))}")
             elif isinstance(obj, dict):
                 items = ", ".join(f"({rb.expr(k)}, {rb.expr(v)})" for k, v in obj.items())
-                lines.append(f"___items = [{items}]; ___d = {target}; ___d.clear(); "
-                             "___d.update(___items)")
+                lines.append(
+                    f"___items = [{items}]; ___d = {target}; ___d.clear(); ___d.update(___items)"
+                )
             elif isinstance(obj, set):
-                lines.append(f"___items = {rb.expr(list(obj))}; ___s = {target}; ___s.clear(); "
-                             "___s.update(___items)")
+                lines.append(
+                    f"___items = {rb.expr(list(obj))}; ___s = {target}; ___s.clear(); "
+                    "___s.update(___items)"
+                )
             else:
                 raise NotRebuildable(f"mutation of a {type(obj).__name__} from outside")
         elif eff.kind == "global":
@@ -184,7 +190,7 @@ def signature_text(sig: inspect.Signature) -> tuple[str, str, tuple, dict]:
     star = False
     P = inspect.Parameter
     params = list(sig.parameters.values())
-    for i, p in enumerate(params):
+    for p in params:
         if p.kind is P.POSITIONAL_ONLY:
             seen_posonly = True
         elif seen_posonly:
@@ -220,9 +226,18 @@ def signature_text(sig: inspect.Signature) -> tuple[str, str, tuple, dict]:
     return ", ".join(parts), ", ".join(call), tuple(defaults), kwdefaults
 
 
-def build_entry(params: str, defaults: tuple, kwdefaults: dict, guard_exprs: list[str],
-                input_exprs: list[str], has_graph: bool, effect_lines: list[str],
-                result_expr: str, namer: Namer, name: str) -> tuple[types.FunctionType, str]:
+def build_entry(
+    params: str,
+    defaults: tuple,
+    kwdefaults: dict,
+    guard_exprs: list[str],
+    input_exprs: list[str],
+    has_graph: bool,
+    effect_lines: list[str],
+    result_expr: str,
+    namer: Namer,
+    name: str,
+) -> tuple[types.FunctionType, str]:
     guard = " and\n            ".join(f"({g})" for g in guard_exprs) or "True"
     lines = [
         f"def {name}({params}):",

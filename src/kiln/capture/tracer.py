@@ -66,12 +66,14 @@ class Tracer:
         self.mutated_objs: set[int] = set()
         self._names: set[str] = set()
         self.grad_enabled = torch.is_grad_enabled()
-        self.guards.add(G.state_guard("torch.is_grad_enabled()", torch.is_grad_enabled,
-                                      self.grad_enabled))
+        self.guards.add(
+            G.state_guard("torch.is_grad_enabled()", torch.is_grad_enabled, self.grad_enabled)
+        )
         self.autocast = _autocast_state()
         for dev, state in self.autocast.items():
-            self.guards.add(G.state_guard(f"autocast state of {dev}",
-                                          _AUTOCAST_READERS[dev], state))
+            self.guards.add(
+                G.state_guard(f"autocast state of {dev}", _AUTOCAST_READERS[dev], state)
+            )
 
     # ---- breaks -------------------------------------------------------------------------------
     def graph_break(self, reason: str, hint: str = "") -> None:
@@ -96,8 +98,10 @@ class Tracer:
         if isinstance(value, torch.Tensor):
             self._track_tensor(value, source)
             return
-        if isinstance(value, G.CONSTANT_TYPES) and type(value) is not torch.Size or (
-            type(value) is torch.Size
+        if (
+            isinstance(value, G.CONSTANT_TYPES)
+            and type(value) is not torch.Size
+            or (type(value) is torch.Size)
         ):
             self.guards.add(G.constant_guard(source, value))
             return
@@ -296,18 +300,22 @@ def _item(source: Source, key) -> Source:
 def _identity_matters(value: Any) -> bool:
     import types
 
-    return isinstance(
-        value,
-        (
-            torch.nn.Module,
-            types.FunctionType,
-            types.BuiltinFunctionType,
-            types.MethodType,
-            types.ModuleType,
-            type,
-            types.CellType,
-        ),
-    ) or callable(value) and not hasattr(value, "__dict__")
+    return (
+        isinstance(
+            value,
+            (
+                torch.nn.Module,
+                types.FunctionType,
+                types.BuiltinFunctionType,
+                types.MethodType,
+                types.ModuleType,
+                type,
+                types.CellType,
+            ),
+        )
+        or callable(value)
+        and not hasattr(value, "__dict__")
+    )
 
 
 def _sanitize(text: str) -> str:

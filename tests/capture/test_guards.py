@@ -1,0 +1,174 @@
+"""Guards: a changed global, module attribute, Python argument, dtype or shape is noticed,
+recompiles with the new behaviour, and `KILN_LOGS=recompiles` names the failed guard."""
+
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+from harness import CountingBackend
+
+import kiln
+
+FACTOR = 2.0
+
+
+def uses_global(x):
+    return x * FACTOR
+
+
+def test_global_change_recompiles():
+    global FACTOR
+    backend = CountingBackend()
+    f = kiln.compile(uses_global, backend=backend)
+    x = torch.randn(3)
+    torch.testing.assert_close(f(x), x * 2.0)
+    FACTOR = 5.0
+    try:
+        torch.testing.assert_close(f(x), x * 5.0)
+    finally:
+        FACTOR = 2.0
+    torch.testing.assert_close(f(x), x * 2.0)
+    assert len(backend.graphs) == 2  # the 2.0 entry is reused
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.scale = 1.0
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_module_attribute_change_recompiles():
+    mod = Scaled()
+    backend = CountingBackend()
+    cm = kiln.compile(mod, backend=backend)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(cm(x), mod(x))
+    mod.scale = 3.0
+    torch.testing.assert_close(cm(x), mod.lin(x) * 3.0)
+    assert len(backend.graphs) == 2
+
+
+def test_parameter_replacement_is_seen():
+    mod = Scaled()
+    cm = kiln.compile(mod, backend="eager")
+    x = torch.randn(2, 3)
+    cm(x)
+    mod.lin.weight = nn.Parameter(torch.randn(3, 3))
+    torch.testing.assert_close(cm(x), mod(x))
+
+
+def test_python_argument_change_recompiles():
+    backend = CountingBackend()
+    f = kiln.compile(lambda x, n, flag: x * n if flag else x - n, backend=backend)
+    x = torch.randn(4)
+    torch.testing.assert_close(f(x, 2, True), x * 2)
+    torch.testing.assert_close(f(x, 3, True), x * 3)
+    torch.testing.assert_close(f(x, 3, False), x - 3)
+    torch.testing.assert_close(f(x, 2, True), x * 2)
+    assert len(backend.graphs) == 3
+
+
+def test_dtype_change_recompiles():
+    backend = CountingBackend()
+    f = kiln.compile(lambda x: x.sin() * 2, backend=backend)
+    a = torch.randn(4)
+    torch.testing.assert_close(f(a), a.sin() * 2)
+    b = torch.randn(4, dtype=torch.float64)
+    out = f(b)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, b.sin() * 2)
+    assert len(backend.graphs) == 2
+
+
+def test_shape_change_recompiles():
+    backend = CountingBackend()
+    f = kiln.compile(lambda x: x.view(-1, 2).sum(0), backend=backend)
+    for n in (4, 8, 4):
+        x = torch.randn(n)
+        torch.testing.assert_close(f(x), x.view(-1, 2).sum(0))
+    assert len(backend.graphs) == 2
+
+
+def test_training_flag_change_recompiles():
+    mod = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    backend = CountingBackend()
+    cm = kiln.compile(mod, backend=backend)
+    x = torch.randn(8, 4)
+    mod.eval()
+    torch.testing.assert_close(cm(x), mod(x))
+    mod.train()
+    torch.manual_seed(3)
+    got = cm(x)
+    torch.manual_seed(3)
+    torch.testing.assert_close(got, mod(x))
+    assert len(backend.graphs) == 2
+
+
+def test_requires_grad_and_grad_mode_are_guarded():
+    backend = CountingBackend()
+    f = kiln.compile(lambda x: x * 3, backend=backend)
+    x = torch.randn(3)
+    assert not f(x).requires_grad
+    y = torch.randn(3, requires_grad=True)
+    assert f(y).requires_grad
+    with torch.no_grad():
+        assert not f(y).requires_grad
+    assert len(backend.graphs) == 3
+
+
+def test_recompile_log_names_guard_and_value(caplog):
+    kiln.set_logs("recompiles")
+    try:
+        f = kiln.compile(lambda x: x + 1, backend="eager")
+        with caplog.at_level(logging.INFO, logger="kiln"):
+            logging.getLogger("kiln").propagate = True
+            f(torch.randn(2))
+            f(torch.randn(5))
+    finally:
+        kiln.set_logs()
+        logging.getLogger("kiln").propagate = False
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "L['x']" in text and "shape=[5]" in text, text
+
+
+def test_cache_limit_falls_back_to_eager_with_warning(caplog):
+    f = kiln.compile(lambda x, n: x * n, backend="eager", options={"cache_size_limit": 3})
+    x = torch.randn(2)
+    logging.getLogger("kiln").propagate = True
+    try:
+        with caplog.at_level(logging.WARNING, logger="kiln"):
+            for n in range(6):
+                torch.testing.assert_close(f(x, n), x * n)
+    finally:
+        logging.getLogger("kiln").propagate = False
+    state = f._kiln_compiled
+    assert len(state.entries) == 3 and state.eager_reason == "cache size limit"
+    assert any("cache_size_limit" in r.getMessage() for r in caplog.records)
+
+
+def test_same_tensor_twice_is_guarded_as_alias():
+    backend = CountingBackend()
+    f = kiln.compile(lambda a, b: a.add_(1) * b, backend=backend)
+    x = torch.randn(3)
+    ref = x.clone()
+    out = f(x, x)
+    torch.testing.assert_close(out, (ref + 1) * (ref + 1))
+    y, z = torch.randn(3), torch.randn(3)
+    y0 = y.clone()
+    torch.testing.assert_close(f(y, z), (y0 + 1) * z)
+    assert len(backend.graphs) == 2
+
+
+@pytest.mark.parametrize("value", [1, 2.5, "s", None, (1, 2), torch.float16])
+def test_constant_arguments_are_guarded(value):
+    seen = []
+    f = kiln.compile(lambda x, v: (x * 2, v), backend="eager")
+    out = f(torch.ones(1), value)
+    seen.append(out[1])
+    assert f(torch.ones(1), value)[1] == value
+    assert f(torch.ones(1), "other")[1] == "other"
