@@ -22,8 +22,10 @@ def fresh_like(t: torch.Tensor) -> torch.Tensor:
     elif t.dtype.is_floating_point:
         base = torch.randn(t.shape, dtype=torch.float64).to(t.dtype)
     else:
-        base = torch.randint(-9, 10, t.shape).to(t.dtype) if t.dtype != torch.uint8 else (
-            torch.randint(0, 20, t.shape).to(t.dtype)
+        base = (
+            torch.randint(-9, 10, t.shape).to(t.dtype)
+            if t.dtype != torch.uint8
+            else (torch.randint(0, 20, t.shape).to(t.dtype))
         )
     out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
     out.copy_(base)

@@ -12,8 +12,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.codegen import compile_graph
-from kiln.runtime import STATS, ArtifactCache, CacheUnsafe, CompilerNotFound, build
-from kiln.runtime import cpp_builder
+from kiln.runtime import STATS, ArtifactCache, CacheUnsafe, CompilerNotFound, build, cpp_builder
 from kiln.runtime.cache import ensure_private_dir
 
 SOURCE = """

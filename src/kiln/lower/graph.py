@@ -135,6 +135,12 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs) -> LoopGraph:
             base, idx = node.args
             env[node] = env[base][idx]
         elif node.op == "call_function":
+            schema = getattr(node.target, "_schema", None)
+            if schema is not None and schema.is_mutable:
+                raise GraphUnsupported(
+                    f"{node.target} mutates a tensor in place; codegen takes functional graphs "
+                    "(functionalize the graph first, as kiln's AOT autograd does)"
+                )
             args = _map_args(node.args, env)
             kwargs = {k: _map_args(v, env) for k, v in node.kwargs.items()}
             val = node.meta.get("val")

@@ -264,7 +264,8 @@ class View:
     def __str__(self) -> str:
         vs = ", ".join(str(v) for v in index_vars(len(self.size)))
         idx = ", ".join(sympy_str(e) for e in self.index)
-        return f"{self.name}: {dtype_str(self.dtype)}{_size(self.size)} = view[{vs}] {self.base}[{idx}]"
+        lay = f"{dtype_str(self.dtype)}{_size(self.size)}"
+        return f"{self.name}: {lay} = view[{vs}] {self.base}[{idx}]"
 
 
 @dataclass(frozen=True)

@@ -179,14 +179,15 @@ def fuse(graph: LoopGraph, fuel: Fuel) -> tuple:
                 kernel, why = None, "out of fuel"
             if kernel is None:
                 logs.log(
-                    "schedule", lambda s=step, w=why: f"{node.name} not fused into {s.name}: {w}"
+                    "schedule",
+                    lambda s=step, w=why, n=node.name: f"{n} not fused into {s.name}: {w}",
                 )
                 if pos == first_ok or len(steps) - pos >= 3:
                     break
                 continue
             steps[pos] = joined = kernel
             where[node.name] = pos
-            logs.log("schedule", lambda s=step: f"{node.name} fused into {s.name}")
+            logs.log("schedule", lambda s=step, n=node.name: f"{n} fused into {s.name}")
             break
         if joined is None:
             steps.append(_new_kernel(node, f"kernel{sum(isinstance(s, Kernel) for s in steps)}"))

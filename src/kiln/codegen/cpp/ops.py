@@ -171,7 +171,9 @@ static inline float load(bf16 v) {
 }
 template <typename T> static inline T load(T v) { return v; }
 
-template <typename S> struct Store { template <typename V> static S of(V v) { return static_cast<S>(v); } };
+template <typename S> struct Store {
+  template <typename V> static S of(V v) { return static_cast<S>(v); }
+};
 template <> struct Store<half> { static half of(float v) { return static_cast<half>(v); } };
 template <> struct Store<bf16> {
   static bf16 of(float v) {
@@ -211,7 +213,10 @@ template <typename T> static inline T sigmoid(T a) { return T(1) / (T(1) + std::
 template <typename T> static inline T reciprocal(T a) { return T(1) / a; }
 template <typename T> static inline T sign(T a) {
   if constexpr (std::is_same<T, bool>::value) return a;
-  else if constexpr (std::is_floating_point<T>::value) { if (std::isnan(a)) return 0; return static_cast<T>((T(0) < a) - (a < T(0))); }
+  else if constexpr (std::is_floating_point<T>::value) {
+    if (std::isnan(a)) return 0;
+    return static_cast<T>((T(0) < a) - (a < T(0)));
+  }
   else return static_cast<T>((T(0) < a) - (a < T(0)));
 }
 template <typename T> static inline T bitwise_not(T a) {

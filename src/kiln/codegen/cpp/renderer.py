@@ -22,7 +22,15 @@ import sympy
 from ...lower.indexing import delinearize, index_vars, linearize, reduce_vars, sympy_str
 from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, walk
 from ...schedule import Kernel, Schedule
-from .ops import CTYPES, HALF_TYPES, OP_TEMPLATES, PRELUDE, REDUCTION_COMBINE, REDUCTION_INIT, compute_ctype
+from .ops import (
+    CTYPES,
+    HALF_TYPES,
+    OP_TEMPLATES,
+    PRELUDE,
+    REDUCTION_COMBINE,
+    REDUCTION_INIT,
+    compute_ctype,
+)
 from .ops import render_const as _const
 
 PARALLEL_MIN_ELEMENTS = 32768  # below this, starting threads costs more than it saves
