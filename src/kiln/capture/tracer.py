@@ -65,6 +65,7 @@ class Tracer:
         self.mutated_attrs: set[tuple[int, str]] = set()
         self.mutated_objs: set[int] = set()
         self._names: set[str] = set()
+        self._first_op: fx.Node | None = None  # placeholders go before it
         self.grad_enabled = torch.is_grad_enabled()
         self.guards.add(
             G.state_guard("torch.is_grad_enabled()", torch.is_grad_enabled, self.grad_enabled)
@@ -153,7 +154,7 @@ class Tracer:
         if id(t) in self.tensor_nodes:  # made by this graph, read back through an outside path
             return
         name = self._fresh(_sanitize(source.describe()))
-        anchor = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        anchor = self._first_op
         if anchor is None:
             node = self.graph.placeholder(name)
         else:
@@ -208,6 +209,8 @@ class Tracer:
             return out
         op, target, a, k = node_target(func, name, *node_args)
         node = self.graph.create_node(op, target, tuple(a), dict(k))
+        if self._first_op is None:
+            self._first_op = node
         self._bind_outputs(out, node)
         return out
 
@@ -222,7 +225,13 @@ class Tracer:
     def _lift_constant(self, t: torch.Tensor) -> fx.Node:
         name = self._fresh(f"_tensor_constant{len(self.constants)}")
         self.constants[name] = t
-        node = self.graph.get_attr(name)
+        anchor = self._first_op
+        if anchor is None:
+            node = self.graph.get_attr(name)
+        else:
+            with self.graph.inserting_before(anchor):
+                node = self.graph.get_attr(name)
+        self._first_op = node  # the earliest non-placeholder: inputs still go before it
         node.meta["example_value"] = _meta(t)
         self.tensor_nodes[id(t)] = node
         self.keepalive.append(t)
@@ -256,12 +265,14 @@ class Tracer:
             return
         grad = torch.is_grad_enabled()
         if grad != self.grad_enabled:
-            self.graph.call_function(torch._C._set_grad_enabled, (grad,))
+            node = self.graph.call_function(torch._C._set_grad_enabled, (grad,))
+            self._first_op = self._first_op or node
             self.grad_enabled = grad
         state = _autocast_state()
         for dev, now in state.items():
             if now != self.autocast[dev]:
-                self.graph.call_function(set_autocast, (dev, now[0], now[1]))
+                node = self.graph.call_function(set_autocast, (dev, now[0], now[1]))
+                self._first_op = self._first_op or node
         self.autocast = state
 
 
