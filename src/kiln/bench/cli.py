@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="skip rows not started after this many seconds (0: no limit; default: the suite's)",
     )
+    p.add_argument(
+        "--threads", type=int, help="torch threads in each worker (default: torch's, one per core)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
     p.add_argument("--models-dir", help="the benchmarks/models folder to load")
     p.add_argument("--title", help="title of the Markdown file and the chart")
@@ -95,7 +98,12 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser):
         modes = suite.parse_choices(args.modes, MODES, "modes") if args.modes else preset.modes
     except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
-    for name, value in (("--timing-s", args.timing_s), ("--timeout-s", args.timeout_s)):
+    checks = (
+        ("--timing-s", args.timing_s),
+        ("--timeout-s", args.timeout_s),
+        ("--threads", args.threads),
+    )
+    for name, value in checks:
         if value is not None and value <= 0:
             parser.error(f"{name} must be positive, got {value}")
     if args.plot and not _has_matplotlib():
@@ -170,11 +178,12 @@ def _meta(argv: list[str], title: str, tasks, args) -> dict:
         "title": title,
         "date": datetime.date.today().isoformat(),
         "command": "kiln bench " + " ".join(argv),
-        "machine": f"{name}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads",
+        "machine": f"{name}, {os.cpu_count()} CPUs",
         "python": platform.python_version(),
         "torch": torch.__version__,
         "kiln": kiln.__version__,
         "size": tasks[0].size if tasks else args.size,
+        "threads": args.threads or f"torch default ({torch.get_num_threads()})",
         "timing_s": tasks[0].timing_s if tasks else args.timing_s,
     }
 

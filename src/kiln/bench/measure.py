@@ -316,7 +316,7 @@ def run_task(task: Task, bench_model, compile_fn: Callable[[torch.nn.Module, str
             median_ms=compiled_ms, eager_ms=eager_ms, speedup_vs_eager=eager_ms / compiled_ms
         )
         phase = "memory"
-        del step_e, model_e, ref
+        del step_e, model_e, ref, first, got  # only what the compiled call needs stays live
         row["peak_mem_bytes"] = peak_memory(step_c, fresh, task.device)
     except Exception as exc:  # a compiler failing is a result to report, not a crash
         row["correct"] = row["correct"] if phase in ("timing", "memory") else False

@@ -125,6 +125,7 @@ class Task:
     models_dir: str
     seed: int = 0
     timing_s: float = 1.0
+    threads: int | None = None  # torch.set_num_threads in the worker; None: torch's default
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -221,6 +222,7 @@ def make_tasks(
     timing_s: float,
     entry_modes: bool,
     seed: int = 0,
+    threads: int | None = None,
 ) -> list[Task]:
     """One task per entry x compiler x mode. Eager has no modes: it runs once per entry.
     With `entry_modes`, an entry's own modes (from a suite preset) replace `modes`."""

@@ -99,6 +99,10 @@ def main(argv: list[str]) -> int:
     from .measure import COMPILERS, base_row, run_task
     from .suite import load_models
 
+    if task.threads:
+        import torch
+
+        torch.set_num_threads(task.threads)
     t0 = time.perf_counter()
     try:
         bench_model = load_models(task.models_dir)[task.model]

@@ -1,0 +1,167 @@
+"""Tests of `kiln bench`'s command line and worker plumbing: argument errors are clear, tasks
+cover model x compiler x mode, a worker that hangs or fails becomes a row saying so, and one
+end-to-end run of a tiny model writes JSON, Markdown and PNG files."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+import torch
+
+from kiln.bench import cli, suite, worker
+
+
+def _usage_error(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        cli.bench_main(argv)
+    assert info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_unknown_model_suggests_the_close_name(capsys):
+    err = _usage_error(capsys, ["--models", "mpl"])
+    assert "unknown model 'mpl'. Did you mean 'mlp'?" in err
+    assert "nanogpt" in err  # the known names are listed
+
+
+def test_unknown_compiler_and_mode(capsys):
+    assert "unknown compiler 'inductor'" in _usage_error(capsys, ["--compilers", "eager,inductor"])
+    err = _usage_error(capsys, ["--modes", "reduce_overhead"])
+    assert "unknown mode 'reduce_overhead'. Did you mean 'reduce-overhead'?" in err
+
+
+def test_bad_model_flag_and_empty_lists(capsys):
+    assert "unknown flag 'fp32'" in _usage_error(capsys, ["--models", "mlp:fp32"])
+    assert "at least one" in _usage_error(capsys, ["--compilers", ","])
+
+
+def test_bad_numbers_and_choices(capsys):
+    assert "--timing-s must be positive" in _usage_error(capsys, ["--timing-s", "0"])
+    assert "invalid choice: 'float64'" in _usage_error(capsys, ["--dtype", "float64"])
+    assert "invalid choice: 'tpu'" in _usage_error(capsys, ["--suite", "tpu"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_requested_without_cuda(capsys):
+    assert "CUDA is not available" in _usage_error(capsys, ["--device", "cuda"])
+    assert "CUDA is not available" in _usage_error(capsys, ["--suite", "gpu"])
+
+
+def test_list_names_every_model(capsys):
+    assert cli.bench_main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for name in suite.load_models(suite.models_dir()):
+        assert name in out
+
+
+def test_tasks_cover_models_compilers_modes():
+    entries = (
+        suite.Entry("mlp"),
+        suite.Entry("nanogpt", train=True, dtype="float32", modes=("default",)),
+    )
+    tasks = suite.make_tasks(
+        entries,
+        ("eager", "torch", "kiln"),
+        ("default", "reduce-overhead"),
+        device="cuda",
+        dtype="bfloat16",
+        size="large",
+        models_path="x",
+        timing_s=1.0,
+        entry_modes=True,
+    )
+    labels = [(t.model, t.compiler, t.mode, t.dtype, t.train) for t in tasks]
+    assert labels == [
+        ("mlp", "eager", "default", "bfloat16", False),
+        ("mlp", "torch", "default", "bfloat16", False),
+        ("mlp", "torch", "reduce-overhead", "bfloat16", False),
+        ("mlp", "kiln", "default", "bfloat16", False),
+        ("mlp", "kiln", "reduce-overhead", "bfloat16", False),
+        ("nanogpt", "eager", "default", "float32", True),
+        ("nanogpt", "torch", "default", "float32", True),
+        ("nanogpt", "kiln", "default", "float32", True),
+    ]
+
+
+def test_parse_entry_flags():
+    known = suite.load_models(suite.models_dir())
+    assert suite.parse_entry("nanogpt:train:float32", known) == suite.Entry(
+        "nanogpt", train=True, dtype="float32"
+    )
+    assert suite.parse_entry("mlp", known).label == "mlp"
+
+
+def test_fresh_cache_env_points_every_cache_at_new_folders(tmp_path):
+    env = worker.fresh_cache_env(str(tmp_path))
+    paths = [env[name] for name in worker.CACHE_ENV]
+    assert len(set(paths)) == 3
+    for path in paths:
+        assert path.startswith(str(tmp_path)) and os.listdir(path) == []
+
+
+def _tiny_task(**kw) -> suite.Task:
+    fields = dict(
+        model="pointwise",
+        compiler="eager",
+        mode="default",
+        device="cpu",
+        dtype="float32",
+        size="tiny",
+        train=False,
+        models_dir=str(suite.models_dir()),
+        timing_s=0.01,
+    )
+    fields.update(kw)
+    return suite.Task(**fields)
+
+
+def test_worker_reports_a_model_that_fails_eagerly(tmp_path):
+    result = tmp_path / "r.json"
+    assert worker.main([json.dumps(_tiny_task(model="no_such_model").to_dict()), str(result)]) == 0
+    row = json.loads(result.read_text())
+    assert row["correct"] is False
+    assert row["error"].startswith("eager: KeyError")
+
+
+def test_worker_past_its_time_limit_is_stopped():
+    t0 = time.perf_counter()
+    row = worker.run_in_subprocess(_tiny_task(), timeout_s=0.2)
+    assert row["error"] == "timed out after 0 s (worker stopped)"
+    assert row["correct"] is None
+    assert time.perf_counter() - t0 < 30  # it was stopped, not waited for
+
+
+def test_end_to_end_writes_all_outputs(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    paths = {ext: str(tmp_path / f"out.{ext}") for ext in ("json", "md", "png")}
+    rc = cli.bench_main(
+        [
+            "--models",
+            "softmax_ln",
+            "--compilers",
+            "eager",
+            "--size",
+            "tiny",
+            "--timing-s",
+            "0.01",
+            "--json",
+            paths["json"],
+            "--md",
+            paths["md"],
+            "--plot",
+            paths["png"],
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = json.loads(open(paths["json"]).read())["rows"]
+    assert [(r["model"], r["compiler"], r["correct"]) for r in rows] == [
+        ("softmax_ln", "eager", True)
+    ]
+    assert rows[0]["median_ms"] > 0 and rows[0]["peak_mem_bytes"] > 0
+    assert "| softmax_ln | float32 | eager | default | yes |" in open(paths["md"]).read()
+    assert open(paths["png"], "rb").read(4) == b"\x89PNG"
+    assert "1/1 rows" in out

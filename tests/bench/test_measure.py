@@ -1,0 +1,156 @@
+"""Tests of kiln.bench.measure: the correctness check catches wrong compilers (outputs and
+gradients), timing runs every step alike, the CPU memory measure sees allocations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kiln.bench import measure, suite
+
+
+@pytest.fixture(scope="module")
+def models():
+    return suite.load_models(suite.models_dir())
+
+
+def _task(model: str, compiler: str = "custom", train: bool = False, dtype: str = "float32"):
+    return suite.Task(
+        model=model,
+        compiler=compiler,
+        mode="default",
+        device="cpu",
+        dtype=dtype,
+        size="tiny",
+        train=train,
+        models_dir=str(suite.models_dir()),
+        timing_s=0.01,
+    )
+
+
+def _off_by_a_percent(model, mode):
+    def fn(*args):
+        return model(*args) * 1.01
+
+    return measure.Compiled(fn, lambda: (1, 0))
+
+
+class _WrongGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2.0
+
+
+def _wrong_gradients(model, mode):
+    """Right outputs, doubled gradients: only a check of gradients can see it."""
+    return measure.Compiled(lambda *args: _WrongGrad.apply(model(*args)), lambda: (1, 0))
+
+
+def test_eager_compiler_is_correct_and_measured(models):
+    row = measure.run_task(_task("mlp", "eager"), models["mlp"], measure.compile_eager)
+    assert row["correct"] is True, row["error"]
+    assert row["error"] is None
+    assert row["max_err"] == 0.0
+    assert row["speedup_vs_eager"] == 1.0
+    assert row["median_ms"] > 0
+    assert row["peak_mem_bytes"] > 0
+    assert (row["graphs"], row["graph_breaks"]) == (0, 0)
+
+
+def test_wrong_output_is_caught(models):
+    row = measure.run_task(_task("mlp"), models["mlp"], _off_by_a_percent)
+    assert row["correct"] is False
+    assert "wrong result" in row["error"] and "output[0]" in row["error"]
+    assert row["max_err"] > measure.TOLERANCES[torch.float32]
+    assert row["compile_s"] is not None  # a wrong result is still timed and reported
+
+
+def test_wrong_output_is_caught_in_bfloat16(models):
+    row = measure.run_task(
+        _task("softmax_ln", dtype="bfloat16"),
+        models["softmax_ln"],
+        lambda m, mode: measure.Compiled(lambda x: m(x) * 1.25),
+    )
+    assert row["correct"] is False
+
+
+def test_wrong_gradient_is_caught_in_training(models):
+    inference = measure.run_task(_task("nanogpt"), models["nanogpt"], _wrong_gradients)
+    assert inference["correct"] is True, inference["error"]
+    row = measure.run_task(_task("nanogpt", train=True), models["nanogpt"], _wrong_gradients)
+    assert row["correct"] is False
+    assert "grad " in row["error"]
+
+
+def test_training_step_matches_eager_with_buffers(models):
+    # resnet has batch norm: a training step mutates running statistics, which are compared.
+    row = measure.run_task(
+        _task("resnet", "eager", train=True), models["resnet"], measure.compile_eager
+    )
+    assert row["correct"] is True, row["error"]
+
+
+def test_compiler_that_raises_becomes_an_error_row(models):
+    def broken(model, mode):
+        raise RuntimeError("no kernel for you")
+
+    row = measure.run_task(_task("pointwise"), models["pointwise"], broken)
+    assert row["correct"] is False
+    assert row["error"] == "compile: RuntimeError: no kernel for you"
+    assert row["median_ms"] is None
+
+
+@pytest.mark.parametrize(
+    "actual, expected, ok",
+    [
+        (torch.ones(3), torch.ones(3), True),
+        (torch.ones(3), torch.ones(3) * 1.01, False),
+        (torch.ones(3), torch.ones(4), False),
+        (torch.ones(3, dtype=torch.float64), torch.ones(3), False),
+        (torch.tensor([1.0, math.nan]), torch.tensor([1.0, math.nan]), True),
+        (torch.tensor([1.0, math.nan]), torch.tensor([1.0, 2.0]), False),
+        (torch.tensor([1, 2]), torch.tensor([1, 3]), False),
+        (None, None, True),
+        (None, torch.ones(2), False),
+    ],
+)
+def test_compare(actual, expected, ok):
+    good, err, why = measure.compare({"t": actual}, {"t": expected}, 1e-3)
+    assert good is ok
+    assert (why == "") is ok
+    assert (err <= 1e-3) is ok
+
+
+def test_compare_scales_by_the_largest_value():
+    big = torch.tensor([1000.0, 1e-3])
+    assert measure.compare({"t": big + 0.5}, {"t": big}, 1e-3)[0] is True
+    assert measure.compare({"t": big + 2.0}, {"t": big}, 1e-3)[0] is False
+
+
+def test_interleaved_medians_runs_every_step_alike():
+    calls = [0, 0]
+    steps = [
+        lambda x: calls.__setitem__(0, calls[0] + 1),
+        lambda x: calls.__setitem__(1, calls[1] + 1),
+    ]
+    medians = measure.interleaved_medians(steps, (), "cpu", budget_s=0.0, min_reps=7)
+    assert len(medians) == 2 and all(m >= 0 for m in medians)
+    assert calls[0] == calls[1] == 7 + 2  # two warm-up calls each, then the rounds
+
+
+def test_cpu_peak_memory_sees_a_large_intermediate():
+    class Big(torch.nn.Module):
+        def forward(self, x):
+            return (x.expand(1024, 1024) * 2.0).sum()  # a 4 MiB temporary
+
+    module, x = Big(), torch.randn(1024)
+    step = measure.Step(module, module, train=False, grads={})
+    peak = measure.peak_memory(step, (x,), "cpu")
+    assert peak >= 4 * 2**20 + x.numel() * 4
+    assert peak < 64 * 2**20
