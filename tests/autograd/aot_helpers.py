@@ -91,14 +91,15 @@ def compare(
     inputs: list,
     *,
     compiled=None,
+    backend=aot_eager,
     seed: int | None = None,
     calls: int = 2,
     **tol,
 ):
-    """Compile `gm` with aot_eager (unless `compiled` is given) and check it against eager,
+    """Compile `gm` with `backend` (unless `compiled` is given) and check it against eager,
     `calls` times on the same inputs' clones (the second call runs the cached entry)."""
     if compiled is None:
-        compiled = aot_eager(gm, clone_inputs(inputs))
+        compiled = backend(gm, clone_inputs(inputs))
     for _ in range(calls):
         ref_in, got_in = clone_inputs(inputs), clone_inputs(inputs)
         ref_out = run_and_backward(gm, ref_in, seed)

@@ -9,7 +9,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from aot_helpers import clone_inputs, compare, lift
 
-from kiln.autograd.backend import aot_eager
+from kiln.autograd.backend import aot_eager, aot_eager_decomp_partition
+
+BACKENDS = [aot_eager, aot_eager_decomp_partition]
 
 
 class BatchNorm2d(nn.BatchNorm2d):
@@ -46,11 +48,14 @@ def _fresh_cnn(train: bool) -> CNN:
     return model
 
 
+@pytest.mark.parametrize(
+    "backend", [aot_eager, aot_eager_decomp_partition], ids=lambda b: b.__name__
+)
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
-def test_cnn_batchnorm(train):
+def test_cnn_batchnorm(train, backend):
     gm, state = lift(_fresh_cnn(train), 1)
     x = torch.randn(4, 3, 12, 12, requires_grad=True)
-    compare(gm, [x, *state], atol=1e-5, rtol=1e-4)
+    compare(gm, [x, *state], backend=backend, atol=1e-5, rtol=1e-4)
 
 
 def test_batchnorm_running_stats_written_back_into_buffers():

@@ -13,7 +13,12 @@ from test_transformer import GPT, _batch
 
 import kiln
 from kiln.autograd import aot_compile
-from kiln.autograd.backend import aot_eager, aot_eager_default_partition, eager_graph
+from kiln.autograd.backend import (
+    aot_eager,
+    aot_eager_decomp_partition,
+    aot_eager_save_all,
+    eager_graph,
+)
 from kiln.autograd.mincut import INF, FlowNetwork, choose_saved
 
 aten = torch.ops.aten
@@ -83,8 +88,9 @@ def test_random_and_expensive_ops_are_never_recomputed():
     gm, params = lift(GPT().train(True), 2)
     idx, targets = _batch()
     inputs = [idx, targets, *params]
-    cut = aot_compile(gm, clone_inputs(inputs), fw_compiler=eager_graph, bw_compiler=eager_graph)
-    part = next(iter(cut.partitions.values()))
+    # the decomposed graphs have the most cheap ops around expensive ones: the hardest case
+    decomposed = aot_eager_decomp_partition(gm, clone_inputs(inputs))
+    part = next(iter(decomposed.partitions.values()))
     expensive = {
         aten.mm.default,
         aten.bmm.default,
@@ -94,15 +100,22 @@ def test_random_and_expensive_ops_are_never_recomputed():
         aten._softmax.default,
         aten._log_softmax.default,
     }
-    bw_forward_ops = [n.target for n in part.bw.graph.nodes if n.name in part.recomputed]
-    assert not expensive & set(bw_forward_ops), bw_forward_ops
-    assert aten.bernoulli.p in _targets(part.fw)
-    save_all = aot_eager_default_partition(gm, clone_inputs(inputs))
+    recomputed = [n.target for n in part.bw.graph.nodes if n.name in part.recomputed]
+    assert recomputed and not expensive & set(recomputed), recomputed
+    assert aten.bernoulli.p in _targets(part.fw) and aten.bernoulli.p not in _targets(part.bw)
+    compare(gm, inputs, compiled=decomposed, seed=7, calls=1, atol=2e-5, rtol=1e-4)
+
+
+def test_min_cut_saves_less_than_save_all_on_gpt():
+    gm, params = lift(GPT().train(True), 2)
+    idx, targets = _batch()
+    inputs = [idx, targets, *params]
+    cut = next(iter(aot_eager(gm, clone_inputs(inputs)).partitions.values()))
+    save_all = aot_eager_save_all(gm, clone_inputs(inputs))
     part_all = next(iter(save_all.partitions.values()))
-    assert part.saved_bytes < part_all.saved_bytes
-    # both partitions compute eager's results
+    assert part_all.strategy == "save_all" and not part_all.recomputed
+    assert cut.saved_bytes < part_all.saved_bytes
     compare(gm, inputs, compiled=save_all, seed=7, calls=1, atol=2e-5, rtol=1e-4)
-    compare(gm, inputs, compiled=cut, seed=7, calls=1, atol=2e-5, rtol=1e-4)
 
 
 def test_aot_graphs_log_prints_forward_and_backward():

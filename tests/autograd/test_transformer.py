@@ -17,7 +17,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from aot_helpers import clone_inputs, compare, lift
 
-from kiln.autograd.backend import aot_eager
+from kiln.autograd.backend import aot_eager, aot_eager_decomp_partition
+
+BACKENDS = [aot_eager, aot_eager_decomp_partition]
 
 
 class Block(nn.Module):
@@ -70,11 +72,14 @@ def _batch(vocab=50, B=3, T=16):
     return torch.randint(0, vocab, (B, T)), torch.randint(0, vocab, (B, T))
 
 
+@pytest.mark.parametrize(
+    "backend", [aot_eager, aot_eager_decomp_partition], ids=lambda b: b.__name__
+)
 @pytest.mark.parametrize("train", [True, False], ids=["train-dropout", "eval"])
-def test_gpt_matches_eager_with_same_seed(train):
+def test_gpt_matches_eager_with_same_seed(train, backend):
     gm, params = lift(GPT().train(train), 2)
     idx, targets = _batch()
-    compare(gm, [idx, targets, *params], seed=1234, atol=2e-5, rtol=1e-4)
+    compare(gm, [idx, targets, *params], backend=backend, seed=1234, atol=2e-5, rtol=1e-4)
 
 
 def test_gpt_dropout_differs_between_seeds():

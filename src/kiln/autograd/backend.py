@@ -1,9 +1,18 @@
-"""The `aot_eager` backend: kiln's AOT autograd with eager ATen kernels as the "compiler".
+"""The `aot_eager` backends: kiln's AOT autograd with eager ATen kernels as the "compiler".
 
 Takes a captured graph and its example inputs (the backend contract); gives the callable of
 `aot_compile` whose forward, backward and inference graphs run as `GraphModule`s, each ATen op
-an eager kernel call. It traces, decomposes and partitions exactly as the code generator's path
-does, so it is the reference that separates autograd bugs from code-generation bugs.
+an eager kernel call. Three variants, named as torch.compile names its debugging backends:
+
+- `aot_eager`: functional ATen graphs, min-cut partition, no decompositions beyond what
+  functionalisation needs. Each graph runs the kernels eager would run, so it is as fast as
+  eager gets through AOT autograd, and it isolates the tracing, functionalisation, partition
+  and runtime wrapper.
+- `aot_eager_decomp_partition`: also kiln's decomposition table (decomps.py): exactly the
+  graphs the code generator receives, run on eager kernels. A failure here and not in
+  `aot_eager` points at a decomposition; one here and not in `inductor` at code generation.
+- `aot_eager_save_all`: `aot_eager` saving every value the backward reads (no recomputation),
+  the baseline that benchmarks/aot_partition.py compares the min-cut with.
 """
 
 from __future__ import annotations
@@ -21,15 +30,21 @@ def eager_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
 
 
 def aot_eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    return aot_compile(
+        gm, example_inputs, fw_compiler=eager_graph, bw_compiler=eager_graph, decompositions={}
+    )
+
+
+def aot_eager_decomp_partition(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     return aot_compile(gm, example_inputs, fw_compiler=eager_graph, bw_compiler=eager_graph)
 
 
-def aot_eager_default_partition(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-    """`aot_eager` saving every value the backward reads (no recomputation), for comparisons."""
+def aot_eager_save_all(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     return aot_compile(
         gm,
         example_inputs,
         fw_compiler=eager_graph,
         bw_compiler=eager_graph,
+        decompositions={},
         partition="save_all",
     )
