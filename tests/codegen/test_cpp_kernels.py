@@ -158,3 +158,27 @@ def test_noncontiguous_example_inputs_and_nan():
     x[2, 3] = float("nan")
     check(fn, x, fresh=False)
     check(fn, torch.randn(9, 7)[:, ::1].t().contiguous().t())
+
+
+def test_output_code_log_prints_wrapper_and_kernels():
+    import logging
+
+    import kiln
+
+    records = []
+
+    class H(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    h = H()
+    logging.getLogger("kiln.output_code").addHandler(h)
+    kiln.set_logs("output_code")
+    try:
+        c = check(lambda x: (x.cos() * 3).sum(1), torch.randn(6, 10))
+    finally:
+        kiln.set_logs()
+        logging.getLogger("kiln.output_code").removeHandler(h)
+    (text,) = records
+    assert c.wrapper_source in text and 'extern "C" void kernel0' in text
+    assert "def call(arg0):" in text and "kernel0(arg0.data_ptr()" in text

@@ -42,6 +42,8 @@ FLAGS = (
     "-fno-math-errno",
     "-w",
 )
+if sys.platform == "linux" and platform.machine() == "x86_64":
+    FLAGS += ("-lmvec",)  # vector exp/log for the prelude's `simd` declarations
 COMPILERS = ("g++", "c++", "clang++")
 
 _loaded: dict[str, LoadedLibrary] = {}

@@ -159,6 +159,16 @@ PRELUDE = r"""
 #include <limits>
 #include <type_traits>
 
+#if defined(__x86_64__) && defined(__GLIBC__)
+// glibc's libmvec has vector versions of these; declaring them lets `omp simd` loops call them.
+extern "C" {
+__attribute__((__simd__("notinbranch"))) float expf(float) noexcept;
+__attribute__((__simd__("notinbranch"))) float logf(float) noexcept;
+__attribute__((__simd__("notinbranch"))) double exp(double) noexcept;
+__attribute__((__simd__("notinbranch"))) double log(double) noexcept;
+}
+#endif
+
 namespace kiln {
 typedef _Float16 half;
 struct bf16 { uint16_t bits; };

@@ -132,8 +132,15 @@ def _reduction(k: _KernelContext, node: Reduction, lines: list[str], ind: str) -
         init = REDUCTION_INIT[node.reduce_type].format(T=ct)
         lines.append(f"{ind}{ct} {acc} = {init};")
     simd = node.reduce_type == "sum" and ct in ("float", "double", "int64_t", "int32_t")
+    # Float max/min: a vectorizable max plus a NaN flag (ATen propagates NaN).
+    nan_flag = node.reduce_type in ("max", "min") and ct in ("float", "double")
     if simd:
         lines.append(f"{ind}#pragma omp simd reduction(+:{acc})")
+    elif nan_flag:
+        lines.append(f"{ind}bool {acc}_nan = false;")
+        lines.append(
+            f"{ind}#pragma omp simd reduction({node.reduce_type}:{acc}) reduction(|:{acc}_nan)"
+        )
     lines.append(f"{ind}for (int64_t r = 0; r < {k.kernel.inner}; ++r) {{")
     inner = ind + "  "
     _bind(lines, inner, index_vars(len(node.size)), node.size, _X)
@@ -145,9 +152,14 @@ def _reduction(k: _KernelContext, node: Reduction, lines: list[str], ind: str) -
             f"{inner}if (r == 0 || (!kiln::isnan_({acc}) && "
             f"(kiln::isnan_({v}) || {v} {better} {acc}))) {{ {acc} = {v}; {acc}_i = r; }}"
         )
+    elif nan_flag:
+        cmp = ">" if node.reduce_type == "max" else "<"
+        lines.append(f"{inner}{acc} = {v} {cmp} {acc} ? {v} : {acc}; {acc}_nan |= ({v} != {v});")
     else:
         lines.append(inner + REDUCTION_COMBINE[node.reduce_type].format(acc=acc, v=v))
     lines.append(f"{ind}}}")
+    if nan_flag:
+        lines.append(f"{ind}if ({acc}_nan) {acc} = std::numeric_limits<{ct}>::quiet_NaN();")
     result = f"{acc}_i" if arg else acc
     k.values[node.name] = result
     _store(k, node, _X, result, ind, lines)
