@@ -108,6 +108,15 @@ def test_outputs_aliasing_each_other():
     assert flat[0].item() == 7.0
 
 
+def test_output_and_its_detached_alias():
+    def f(x, w):
+        y = torch.tanh(x @ w)
+        return (y, y.detach(), y.detach()[0])
+
+    gm = trace(f)
+    compare(gm, [_rand(3, 4, grad=True), _rand(4, 4, grad=True)])
+
+
 def test_mutated_input_returned():
     def f(x, buf):
         buf.add_(x)

@@ -69,7 +69,13 @@ class AotCompiled:
 
     @staticmethod
     def key(args) -> tuple:
-        rg = tuple(a.requires_grad if isinstance(a, torch.Tensor) else a for a in args)
+        """Grad mode, each tensor's requires_grad, each plain value (they are baked in)."""
+        rg = tuple(
+            a.requires_grad
+            if isinstance(a, torch.Tensor)
+            else (a if isinstance(a, (int, float, bool, str, type(None))) else type(a))
+            for a in args
+        )
         return (torch.is_grad_enabled(), rg)
 
     def __call__(self, *args: Any) -> Any:
@@ -150,6 +156,8 @@ def aot_compile(
     `partition` is `"min_cut"` (recompute cheap ops in the backward) or `"save_all"`.
     The entry for `example_inputs` (under the current grad mode) is compiled right away.
     """
+    if decompositions is None:
+        logs.once("aot-decomps", "aot_graphs", "kiln decomposition table:\n" + decomps.describe())
     compiled = AotCompiled(
         gm,
         fw_compiler,

@@ -6,8 +6,8 @@ Takes nothing; gives `default_decompositions()`, a `{OpOverload: fn}` table for 
 
 The rule kiln follows: decompose an op when its pieces are pointwise ops, views and simple
 reductions that the code generator fuses better than it could call the op, and keep an op whole
-when it is a library kernel worth calling (matmul, convolution, attention, `_softmax`,
-`_log_softmax`, `var_mean`, `native_dropout` on CPU never appears). In practice:
+when it is a library kernel worth calling (matmul, convolution, attention, embedding,
+`_softmax`, `_log_softmax`, `var_mean`, random ops). In practice:
 
 - **Backward formulas** (`gelu_backward`, `native_layer_norm_backward`, ...) are long pointwise
   and reduction chains; decomposed they fuse with the surrounding backward work.

@@ -54,6 +54,15 @@ _CHEAP_PACKETS = {
 }
 
 
+def _is_view_op(op: torch._ops.OpOverload) -> bool:
+    if hasattr(op, "is_view"):
+        return bool(op.is_view)
+    returns = op._schema.returns  # older torch: read the alias annotation of the result
+    return (
+        bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+    )
+
+
 def is_random(node: torch.fx.Node) -> bool:
     target = node.target
     return isinstance(target, torch._ops.OpOverload) and (
@@ -72,7 +81,7 @@ def is_recomputable(node: torch.fx.Node) -> bool:
         return False
     return (
         torch.Tag.pointwise in target.tags
-        or target.is_view
+        or _is_view_op(target)
         or target.overloadpacket in _CHEAP_PACKETS
     )
 
