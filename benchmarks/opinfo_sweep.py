@@ -120,6 +120,9 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--write", default="", help="write a Markdown summary to this file")
+    parser.add_argument(
+        "--budget-s", type=float, default=0, help="stop after this many seconds (0: no limit)"
+    )
     args = parser.parse_args(argv)
     wanted = set(filter(None, args.ops.split(",")))
     ops = [o for o in op_db if not wanted or o.name in wanted or o.full_name in wanted]
@@ -127,6 +130,9 @@ def main(argv=None) -> int:
     results = collections.OrderedDict()
     start = time.time()
     for o in ops:
+        if args.budget_s and time.time() - start > args.budget_s:
+            print(f"time budget reached after {len(results)} of {len(ops)} ops")
+            break
         try:
             results[o.full_name] = run_op(o, args.samples)
         except Exception as e:  # noqa: BLE001 - the sweep reports, it does not stop
@@ -141,7 +147,8 @@ def main(argv=None) -> int:
     summary = (
         f"{counts['pass']}/{ran} ops pass ({rate:.1f}%), {counts['skip']} skipped, "
         f"{counts['eager']} non-functional graphs run eagerly by design; "
-        f"{lowered} passing ops fully lowered to C++ kernels; {time.time() - start:.0f}s"
+        f"{lowered} passing ops fully lowered to C++ kernels; {len(results)} of {len(ops)} "
+        f"float32 OpInfo entries swept in {time.time() - start:.0f}s"
     )
     print(summary)
     if args.write:
