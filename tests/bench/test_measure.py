@@ -154,3 +154,10 @@ def test_cpu_peak_memory_sees_a_large_intermediate():
     peak = measure.peak_memory(step, (x,), "cpu")
     assert peak >= 4 * 2**20 + x.numel() * 4
     assert peak < 64 * 2**20
+
+
+def test_kiln_rows_count_graphs_through_a_wrapping_backend(models):
+    row = measure.run_task(_task("pointwise", "kiln"), models["pointwise"], measure.compile_kiln)
+    assert row["correct"] is True, row["error"]
+    assert row["graphs"] >= 1
+    assert row["graph_breaks"] == len(row["break_reasons"]) == 0

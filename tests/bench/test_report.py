@@ -35,7 +35,7 @@ def _row(model, compiler, mode="default", speedup=1.0, compile_s=None, correct=T
 ROWS = [
     _row("mlp", "eager"),
     _row("mlp", "torch", speedup=2.0, compile_s=10.0),
-    _row("mlp", "kiln", speedup=4.0, compile_s=1.0),
+    _row("mlp", "kiln", speedup=4.0, compile_s=1.0, break_reasons=["call to print at x.py:3"]),
     _row("nanogpt", "eager", train=True),
     _row("nanogpt", "torch", speedup=0.5, compile_s=20.0, train=True),
     _row(
@@ -88,6 +88,7 @@ def test_markdown_has_a_row_per_result_and_the_notes(tmp_path):
     assert "skipped tv_resnet50: needs torchvision" in text
     assert "geomean speedup over eager, kiln default: 4.00x" in text
     assert "`kiln bench --models mlp`" in text
+    assert "mlp kiln default: graph break: call to print at x.py:3" in text
 
 
 def test_console_row_lines_up_with_header():

@@ -48,6 +48,7 @@ class Compiled:
 
     fn: Callable
     counts: Callable[[], tuple[int | None, int | None]] = lambda: (None, None)
+    break_reasons: Callable[[], list[str]] = lambda: []
 
 
 def compile_eager(model: torch.nn.Module, mode: str) -> Compiled:
@@ -66,16 +67,18 @@ def compile_torch(model: torch.nn.Module, mode: str) -> Compiled:
     def counts() -> tuple[int, int]:
         return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
 
-    return Compiled(fn, counts)
+    return Compiled(fn, counts, lambda: [str(reason) for reason in counters["graph_break"]])
 
 
 class _CountRecords(logging.Handler):
     def __init__(self) -> None:
         super().__init__()
         self.count = 0
+        self.reasons: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.count += 1
+        self.reasons.append(record.getMessage())
 
 
 def compile_kiln(model: torch.nn.Module, mode: str) -> Compiled:
@@ -97,7 +100,7 @@ def compile_kiln(model: torch.nn.Module, mode: str) -> Compiled:
     kiln.set_logs(*(logs.enabled_artifacts() | {"graph_breaks"}))
     kiln.reset()
     fn = kiln.compile(model, backend=counting_backend, mode=None if mode == "default" else mode)
-    return Compiled(fn, lambda: (graphs[0], breaks.count))
+    return Compiled(fn, lambda: (graphs[0], breaks.count), lambda: breaks.reasons)
 
 
 COMPILERS: dict[str, Callable[[torch.nn.Module, str], Compiled]] = {
@@ -304,6 +307,7 @@ def run_task(task: Task, bench_model, compile_fn: Callable[[torch.nn.Module, str
         if bad:
             row["error"] = "wrong result on " + "; ".join(bad)
         row["graphs"], row["graph_breaks"] = compiled.counts()
+        row["break_reasons"] = [" ".join(r.split())[:300] for r in compiled.break_reasons()[:3]]
         phase = "timing"
         if task.compiler == "eager":
             (eager_ms,) = interleaved_medians([step_e], fresh, task.device, task.timing_s)

@@ -139,11 +139,11 @@ def summary_lines(rows: list[dict], skipped: list[dict]) -> list[str]:
     for mode, (g, n) in sorted(compile_time_ratios(rows).items()):
         lines.append(f"kiln compile time / torch.compile's, {mode}: {g:.2f} (geomean, {n} models)")
     for r in rows:
+        where = f"{r['model']}{':train' if r['train'] else ''} {r['compiler']} {r['mode']}"
         if r.get("error"):
-            lines.append(
-                f"{r['model']}{':train' if r['train'] else ''} {r['compiler']} "
-                f"{r['mode']}: {_one_line(r['error'])}"
-            )
+            lines.append(f"{where}: {_one_line(r['error'])}")
+        for reason in r.get("break_reasons") or ():
+            lines.append(f"{where}: graph break: {_one_line(reason, 200)}")
     for s in skipped:
         lines.append(f"skipped {s['model']}: {s['reason']}")
     return lines
@@ -210,16 +210,13 @@ def write_plot(path: str, rows: list[dict], title: str = "kiln bench") -> None:
         pos = [x - 0.4 + width * (i + 0.5) for x in xs]
         bars = ax.bar(pos, ys, width, label=name)
         for bar, wrong in zip(bars, bad):
+            top = (bar.get_x() + bar.get_width() / 2, bar.get_height())
+            label = "wrong" if wrong else f"{bar.get_height():.2f}"
+            ax.annotate(
+                label, top, ha="center", va="bottom", fontsize=6, color="red" if wrong else "black"
+            )
             if wrong:
                 bar.set_hatch("xx")
-                ax.annotate(
-                    "wrong",
-                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center",
-                    va="bottom",
-                    fontsize=7,
-                    color="red",
-                )
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(models)), models, rotation=30, ha="right")
     ax.set_ylabel("speedup over eager (x)")
