@@ -152,3 +152,21 @@ def test_double_backward_is_refused_with_a_fix():
     ref_x = x.detach().requires_grad_()
     (ref,) = torch.autograd.grad(f(ref_x, w)[0].sum(), ref_x)
     torch.testing.assert_close(gx, ref)
+
+
+def test_retain_graph_backward_twice():
+    """The backward frees saved values early, except when the graph is retained."""
+
+    def f(x, w):
+        return (torch.tanh(x @ w).exp(),)
+
+    args = [torch.randn(3, 4, requires_grad=True), torch.randn(4, 5, requires_grad=True)]
+    compiled = aot_eager(torch.fx.symbolic_trace(f), clone_inputs(args))
+    x, w = clone_inputs(args)
+    (y,) = compiled(x, w)
+    y.sum().backward(retain_graph=True)
+    first = x.grad.clone()
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * first)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.sum().backward()

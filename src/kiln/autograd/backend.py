@@ -24,9 +24,36 @@ import torch.fx
 from .compile import aot_compile
 
 
+class _BoxedCodeGen(torch.fx.graph.CodeGen):
+    """Python code for a graph taking one list of inputs that it empties on entry, so each
+    input is freed as soon as the graph is done with it (FX already drops dead locals)."""
+
+    def gen_fn_def(self, free_vars, maybe_return_annotation, **kwargs):
+        names = [v for v in free_vars if v != "self"]
+        unpack = f"\n    {', '.join(names)}, = args_list" if names else ""
+        header = f"def forward(self, args_list){maybe_return_annotation}:"
+        return f"{header}{unpack}\n    args_list.clear()"
+
+
 def eager_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-    """A graph compiler that compiles nothing: the graph runs op by op on eager kernels."""
-    return gm.forward
+    """A graph compiler that compiles nothing: the graph runs op by op on eager kernels.
+
+    The callable is boxed (`_boxed_call`): it takes the inputs as one list and empties it, so
+    saved activations die during the backward instead of after it."""
+    try:
+        gm.graph.set_codegen(_BoxedCodeGen())
+        gm.recompile()
+    except Exception:  # a torch whose CodeGen differs: run unboxed, correct, less frugal
+        gm.graph.set_codegen(torch.fx.graph.CodeGen())
+        gm.recompile()
+        return gm.forward
+    forward = gm.forward
+
+    def run(args_list: list):
+        return forward(args_list)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
 
 
 def aot_eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:

@@ -18,7 +18,10 @@ Capture guards shapes and dtypes, so they are not part of the key.
 
 The compilers receive the graph and a list of fake tensors with its placeholders' shapes,
 strides, dtypes and devices (also in each placeholder's `meta["val"]`); they return a callable
-taking the graph's inputs positionally and returning its outputs as a tuple or list.
+taking the graph's inputs positionally and returning its outputs as a tuple or list, or a
+boxed one (attribute `_boxed_call = True`) that takes the inputs as one list and may empty it
+to free each input when it is dead (backend.py's `eager_graph` does; the backward's saved
+values are handed over that way).
 """
 
 from __future__ import annotations

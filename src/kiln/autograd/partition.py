@@ -205,6 +205,9 @@ def _forward_graph(joint_gm, primals, fw_outs, saved) -> torch.fx.GraphModule:
 
 
 def _backward_graph(joint_gm, saved, tangents, live_grads, tangent_dep):
+    """Backward nodes in the joint graph's order (the autograd engine's); each recomputed
+    forward node is placed just before its first use, so recomputed values live briefly
+    instead of all being rebuilt, and held, at the start of the backward."""
     needed = _ancestors(live_grads, stop=set(saved) | set(tangents))
     g = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -212,14 +215,29 @@ def _backward_graph(joint_gm, saved, tangents, live_grads, tangent_dep):
         env[n] = g.placeholder(n.name)
         env[n].meta = dict(n.meta)
     recomputed = []
+
+    def emit(root: torch.fx.Node) -> None:
+        stack = [root]
+        while stack:
+            n = stack[-1]
+            missing = [a for a in n.all_input_nodes if a not in env]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            if n in env:
+                continue
+            if n not in tangent_dep:
+                if not is_recomputable(n):  # the cut guarantees this; a failure is a kiln bug
+                    raise AssertionError(f"partition: {n.name} ({n.target}) recomputed in backward")
+                recomputed.append(n.name)
+            env[n] = g.node_copy(n, lambda a: env[a])
+
     for n in joint_gm.graph.nodes:
-        if n in env or n not in needed or n.op != "call_function":
-            continue
-        if n not in tangent_dep:
-            if not is_recomputable(n):  # the cut guarantees this; a failure is a kiln bug
-                raise AssertionError(f"partition: {n.name} ({n.target}) recomputed in backward")
-            recomputed.append(n.name)
-        env[n] = g.node_copy(n, lambda a: env[a])
+        if n in needed and n in tangent_dep and n.op == "call_function":
+            emit(n)
+    for gr in live_grads:
+        emit(gr)
     g.output(tuple(env[gr] for gr in live_grads))
     g.lint()
     return torch.fx.GraphModule(joint_gm, g, class_name="KilnBackward"), recomputed

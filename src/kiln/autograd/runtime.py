@@ -45,12 +45,19 @@ class TrainingPlan:
     clone_saved: list[int]  # saved values that are inputs mutated later: saved as copies
 
 
+def call_compiled(fn: Callable, args: list):
+    """Call a compiled graph: boxed ones (`_boxed_call`) take the list and may empty it."""
+    if getattr(fn, "_boxed_call", False):
+        return fn(args)
+    return fn(*args)
+
+
 class CompiledFunction(torch.autograd.Function):
     """One compiled forward and its compiled backward, as a single autograd node."""
 
     @staticmethod
     def forward(ctx, plan: TrainingPlan, *tensors: torch.Tensor):
-        outs = plan.fw(*tensors)
+        outs = call_compiled(plan.fw, list(tensors))
         fw_outs = list(outs[: plan.num_fw_outputs])
         saved = list(outs[plan.num_fw_outputs :])
         for k in plan.clone_saved:
@@ -65,8 +72,11 @@ class CompiledFunction(torch.autograd.Function):
         if torch.is_grad_enabled():
             raise RuntimeError(DOUBLE_BACKWARD_MESSAGE)
         plan: TrainingPlan = ctx.plan
-        tangents = [grads[j].contiguous() for j in plan.diff_outputs]
-        computed = iter(plan.bw(*ctx.saved_tensors, *tangents))
+        args = [*ctx.saved_tensors, *(grads[j].contiguous() for j in plan.diff_outputs)]
+        if hasattr(ctx, "maybe_clear_saved_tensors"):  # unless retain_graph: `args` holds them
+            ctx.maybe_clear_saved_tensors()  # now, and a boxed graph frees each when it is dead
+        del grads
+        computed = iter(call_compiled(plan.bw, args))
         result: list[Any] = [None] * plan.num_tensor_inputs
         for pos, present in zip(plan.diff_inputs, plan.grad_present):
             if present:
@@ -141,5 +151,5 @@ class InferenceEntry:
 
     def __call__(self, args) -> Any:
         with torch.no_grad():
-            outs = self.forward(*_tensors(args))
+            outs = call_compiled(self.forward, _tensors(args))
         return _finish(self.meta, args, outs)
