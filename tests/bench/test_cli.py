@@ -86,6 +86,56 @@ def test_tasks_cover_models_compilers_modes():
     ]
 
 
+def test_flags_reach_the_tasks():
+    parser = cli._parser()
+    args = parser.parse_args(
+        [
+            "--models",
+            "mlp,nanogpt:train",
+            "--compilers",
+            "torch",
+            "--modes",
+            "reduce-overhead",
+            "--dtype",
+            "bfloat16",
+            "--size",
+            "tiny",
+            "--threads",
+            "1",
+            "--timing-s",
+            "0.5",
+            "--seed",
+            "3",
+        ]
+    )
+    tasks, skipped, preset, budget = cli.resolve(args, parser)
+    assert [(t.model, t.train, t.compiler, t.mode) for t in tasks] == [
+        ("mlp", False, "torch", "reduce-overhead"),
+        ("nanogpt", True, "torch", "reduce-overhead"),
+    ]
+    for t in tasks:
+        assert (t.device, t.dtype, t.size, t.threads, t.timing_s, t.seed) == (
+            "cpu",
+            "bfloat16",
+            "tiny",
+            1,
+            0.5,
+            3,
+        )
+    assert skipped == [] and budget == preset.budget_s == suite.SUITES["cpu"].budget_s
+
+
+def test_train_flag_and_missing_packages():
+    parser = cli._parser()
+    args = parser.parse_args(["--models", "nanogpt,tv_resnet50", "--train", "--compilers", "eager"])
+    tasks, skipped, _, _ = cli.resolve(args, parser)
+    assert [(t.model, t.train) for t in tasks] == [("nanogpt", True)]
+    if skipped:  # torchvision is not installed here; where it is, the model simply runs
+        assert skipped == [
+            {"model": "tv_resnet50:train", "reason": "needs torchvision (not installed)"}
+        ]
+
+
 def test_parse_entry_flags():
     known = suite.load_models(suite.models_dir())
     assert suite.parse_entry("nanogpt:train:float32", known) == suite.Entry(

@@ -156,7 +156,22 @@ def test_cpu_peak_memory_sees_a_large_intermediate():
     assert peak < 64 * 2**20
 
 
-def test_kiln_rows_count_graphs_through_a_wrapping_backend(models):
+@pytest.fixture
+def kiln_logging_restored():
+    """compile_kiln switches on the graph_breaks log and adds a handler (meant for a worker
+    process); put the logging state back so later tests in this process see none of it."""
+    import logging
+
+    from kiln import logs
+
+    root, breaks = logging.getLogger("kiln"), logging.getLogger("kiln.graph_breaks")
+    saved = (logs._enabled, list(root.handlers), root.propagate, root.level, list(breaks.handlers))
+    yield
+    logs._enabled, root.handlers[:], root.propagate, level, breaks.handlers[:] = saved
+    root.setLevel(level)
+
+
+def test_kiln_rows_count_graphs_through_a_wrapping_backend(models, kiln_logging_restored):
     row = measure.run_task(_task("pointwise", "kiln"), models["pointwise"], measure.compile_kiln)
     assert row["correct"] is True, row["error"]
     assert row["graphs"] >= 1

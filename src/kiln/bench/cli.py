@@ -128,6 +128,7 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser):
         timing_s=args.timing_s or preset.timing_s,
         entry_modes=not args.modes,
         seed=args.seed,
+        threads=args.threads,
     )
     budget = preset.budget_s if args.budget_s is None else args.budget_s
     return tasks, skipped, preset, budget

@@ -243,6 +243,7 @@ def make_tasks(
                         models_dir=models_path,
                         seed=seed,
                         timing_s=timing_s,
+                        threads=threads,
                     )
                 )
     return tasks
