@@ -12,9 +12,10 @@ tensors saved for backward (count and bytes of distinct storages, all and activa
 measured with `torch.autograd.graph.saved_tensors_hooks` during a real forward); the peak
 memory of one step above the memory held before it (Linux peak RSS, reset through
 /proc/self/clear_refs just before the step; glibc's mmap threshold is fixed at 128 KiB so that
-freed tensors leave RSS at once); the median step time; and kiln's compile time. Each
-configuration runs in its own fresh process, `--rounds` times; the table keeps each figure's
-best round (the machine may be shared).
+freed tensors leave RSS at once); kiln's compile time; and the median step time. Memory and
+compile time are measured with each configuration in its own fresh process, `--rounds` times,
+keeping the best round; step times in one more process where the configurations take turns
+step by step, so that load from other processes on a shared machine falls on all alike.
 
 The graph is the model traced with `torch.fx` into its submodules, parameters and buffers lifted
 to inputs (the shape kiln's capture hands to a backend), so the benchmark measures the autograd
@@ -152,39 +153,20 @@ def step_peak_mb(step) -> float:
     return _status_mb("VmHWM") - base
 
 
-def run_one(config: str, args) -> dict:
+def setup(args):
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     model = GPT(args.vocab, args.d, args.heads, args.layers, args.block).train(True)
     gm, state = lift(model, 2)
-    params = [p for p in state if p.requires_grad]
-    param_ptrs = {p.untyped_storage().data_ptr() for p in state}
-    opt = torch.optim.SGD(params, lr=1e-3)
     shape = (args.batch, args.block)
     batches = [
         (torch.randint(0, args.vocab, shape), torch.randint(0, args.vocab, shape)) for _ in range(4)
     ]
-    result = {"config": config}
-    fn = gm
-    if CONFIGS[config] is not None:
-        from kiln.autograd import aot_compile
-        from kiln.autograd.backend import eager_graph
+    return gm, state, batches
 
-        decompositions, partition = CONFIGS[config]
-        t0 = time.perf_counter()
-        fn = aot_compile(
-            gm,
-            [*batches[0], *state],
-            fw_compiler=eager_graph,
-            bw_compiler=eager_graph,
-            decompositions=decompositions,
-            partition=partition,
-        )
-        result["compile_s"] = time.perf_counter() - t0
-        part = next(iter(fn.partitions.values()))
-        result["graph_saved_count"] = len(part.saved)
-        result["graph_saved_mb"] = part.saved_bytes / 2**20
-        result["recomputed_ops"] = len(part.recomputed)
+
+def make_step(fn, state, batches):
+    opt = torch.optim.SGD([p for p in state if p.requires_grad], lr=1e-3)
 
     def step(i):
         idx, targets = batches[i % len(batches)]
@@ -194,14 +176,60 @@ def run_one(config: str, args) -> dict:
         opt.step()
         return loss
 
+    return step
+
+
+def compile_config(config: str, gm, example_inputs):
+    from kiln.autograd import aot_compile
+    from kiln.autograd.backend import eager_graph
+
+    decompositions, partition = CONFIGS[config]
+    return aot_compile(
+        gm,
+        example_inputs,
+        fw_compiler=eager_graph,
+        bw_compiler=eager_graph,
+        decompositions=decompositions,
+        partition=partition,
+    )
+
+
+def interleaved_step_ms(args) -> dict[str, float]:
+    """Median step time per config, all configs in one process taking turns step by step,
+    so that load from other processes on a shared machine falls on all of them alike."""
+    gm, state, batches = setup(args)
+    steps = {}
+    for config in CONFIGS:
+        fn = gm if CONFIGS[config] is None else compile_config(config, gm, [*batches[0], *state])
+        steps[config] = make_step(fn, state, batches)
+        for i in range(args.warmup):
+            steps[config](i)
+    times: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    for i in range(args.steps):
+        for config, step in steps.items():
+            t0 = time.perf_counter()
+            step(i)
+            times[config].append(time.perf_counter() - t0)
+    return {c: statistics.median(t) * 1e3 for c, t in times.items()}
+
+
+def run_one(config: str, args) -> dict:
+    gm, state, batches = setup(args)
+    param_ptrs = {p.untyped_storage().data_ptr() for p in state}
+    result = {"config": config}
+    fn = gm
+    if CONFIGS[config] is not None:
+        t0 = time.perf_counter()
+        fn = compile_config(config, gm, [*batches[0], *state])
+        result["compile_s"] = time.perf_counter() - t0
+        part = next(iter(fn.partitions.values()))
+        result["graph_saved_count"] = len(part.saved)
+        result["graph_saved_mb"] = part.saved_bytes / 2**20
+        result["recomputed_ops"] = len(part.recomputed)
+
+    step = make_step(fn, state, batches)
     for i in range(args.warmup):
         step(i)
-    times = []
-    for i in range(args.steps):
-        t0 = time.perf_counter()
-        step(i)
-        times.append(time.perf_counter() - t0)
-    result["step_ms"] = statistics.median(times) * 1e3
     result["peak_step_mb"] = min(step_peak_mb(lambda: step(0)) for _ in range(3))
     stats = saved_tensor_stats(lambda: fn(*batches[0], *state)[0], param_ptrs)
     stats.pop("loss")
@@ -241,28 +269,38 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", help="also write the rows to this JSON file")
-    p.add_argument("--one", choices=list(CONFIGS), help=argparse.SUPPRESS)  # a child process
+    one = [*CONFIGS, "times"]
+    p.add_argument("--one", choices=one, help=argparse.SUPPRESS)  # a child process
     args = p.parse_args(argv)
+    if args.one == "times":
+        print(json.dumps(interleaved_step_ms(args)))
+        return
     if args.one:
         print(json.dumps(run_one(args.one, args)))
         return
     child_args = list(argv if argv is not None else sys.argv[1:])
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(128 * 1024))
+
+    def child(what: str) -> dict:
+        out = subprocess.run(
+            [sys.executable, __file__, *child_args, "--one", what],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
     best: dict[str, dict] = {}
     for _ in range(args.rounds):
         for config in CONFIGS:
-            out = subprocess.run(
-                [sys.executable, __file__, *child_args, "--one", config],
-                check=True,
-                capture_output=True,
-                text=True,
-                env=env,
-            ).stdout
-            row = json.loads(out.strip().splitlines()[-1])
+            row = child(config)
             prev = best.setdefault(config, row)
-            for key in ("step_ms", "peak_step_mb", "compile_s"):
+            for key in ("peak_step_mb", "compile_s"):
                 if key in row:
                     prev[key] = min(prev[key], row[key])
+    for config, ms in child("times").items():
+        best[config]["step_ms"] = ms
     rows = list(best.values())
     print(table(rows))
     if args.json:
