@@ -1,0 +1,354 @@
+"""The Triton renderer: scheduled kernels -> one Python module of `@triton.jit` functions.
+
+Takes a `Schedule`; gives `TritonModule`: the source of every kernel of the graph (one module,
+with the helper prelude of ops.py) and, per kernel, its pointer arguments (buffer names, in
+order) and its launch plan (heuristics.py).
+
+Shape of a kernel (schedule/fusion.py has the model): a pointwise-only kernel computes a block
+of elements (`flat`) or a 2-D tile (`tiled`); a kernel with reductions gives each program
+`XBLOCK` rows and walks each row with `rindex` — in one pass over registers when the row fits
+(`persistent`), in `RBLOCK` chunks otherwise (`looped`). Members run in the scheduler's order;
+a value one member reads from an earlier one of the same row stays in registers (in a looped
+kernel an element value from an earlier loop is recomputed, never re-read from memory the same
+kernel wrote). Expressions are emitted once per kernel, keyed by their text, so softmax's
+`exp(x - max)` and its load of `x` are shared by the sum and the output. Half types are loaded
+to float32, computed in float32 and rounded on store; masks appear only on accesses whose block
+index overhangs its range.
+
+Why it exists: the renderer half of the cuda device (STYLE.md item 5); it knows Triton syntax
+and nothing about compiling or launching.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...lower.indexing import index_vars, linearize, reduce_vars
+from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, walk
+from ...schedule import Kernel, Schedule
+from ...schedule.realize import reindex
+from .heuristics import Plan, plan
+from .indexing import RINDEX, XINDEX, YINDEX, bind, extent, mask_for, store_index, tl_str
+from .ops import (
+    BITS,
+    HALF_TYPES,
+    PRELUDE,
+    REDUCE_ACCUMULATE,
+    REDUCE_BLOCK,
+    TL_TYPES,
+    compute_tl,
+    op_template,
+    reduce_identity,
+    render_const,
+)
+
+
+@dataclass(frozen=True)
+class TritonKernel:
+    name: str
+    params: tuple[str, ...]  # buffer names, in argument order
+    plan: Plan
+    source: str
+
+
+@dataclass(frozen=True)
+class TritonModule:
+    kernels: tuple[TritonKernel, ...]
+    source: str
+
+
+class _KernelContext:
+    def __init__(self, kernel: Kernel, nodes: dict, p: Plan) -> None:
+        self.kernel, self.nodes, self.plan = kernel, nodes, p
+        self.members = {m.name: m for m in kernel.members}
+        self.lines: list[str] = []
+        self.indent = "    "
+        self.cache: dict[str, str] = {}  # emitted text -> variable holding it
+        self.values: dict[str, str] = {}  # member -> variable with its value (row or element)
+        self.params: dict[str, bool] = {}  # buffer -> written by this kernel
+        self.masked: set = set()  # block indices whose blocks overhang their range
+        self.rank = 1 if p.kind == "flat" else 2
+        self._ids = 0
+
+    def fresh(self, prefix: str = "tmp") -> str:
+        self._ids += 1
+        return f"{prefix}{self._ids}"
+
+    def line(self, text: str) -> None:
+        self.lines.append(self.indent + text)
+
+    def assign(self, text: str, prefix: str = "tmp") -> str:
+        hit = self.cache.get(text)
+        if hit is not None:
+            return hit
+        var = self.fresh(prefix)
+        self.line(f"{var} = {text}")
+        self.cache[text] = var
+        return var
+
+    def param(self, name: str, written: bool = False) -> str:
+        self.params[name] = self.params.get(name, False) or written
+        return name
+
+    def full(self, value, dtype: torch.dtype) -> str:
+        shape = "[" + ", ".join(["1"] * self.rank) + "]"
+        return f"tl.full({shape}, {render_const(value, dtype)}, {compute_tl(dtype)})"
+
+    # -- expressions ------------------------------------------------------------------------
+    def emit(self, expr, groups) -> str:
+        names: dict = {}
+        for e in walk(expr):
+            if isinstance(e, Const):
+                names[e] = self.assign(self.full(e.value, e.dtype))
+            elif isinstance(e, Load):
+                names[e] = self.load(e, groups)
+            elif isinstance(e, IndexValue):
+                idx = bind(e.expr, groups)
+                if idx.free_symbols:
+                    names[e] = self.assign(f"({tl_str(idx)}).to({compute_tl(e.dtype)})")
+                else:
+                    names[e] = self.assign(self.full(int(idx), e.dtype))
+            else:
+                assert isinstance(e, Op)
+                args = [names[a] for a in e.args]
+                arg_dtype = e.args[1].dtype if e.op == "where" else e.args[0].dtype
+                tpl = op_template(e.op, arg_dtype, e.dtype)
+                text = tpl.format(*args, T=compute_tl(e.dtype), bits=BITS.get(e.dtype, 64))
+                names[e] = self.assign(text)
+        return names[expr]
+
+    def load(self, ld: Load, groups) -> str:
+        if ld.buf in self.values:
+            return self.values[ld.buf]
+        node = self.nodes[ld.buf]
+        if ld.buf in self.members:
+            # An element value of an earlier loop of this kernel: recompute, do not re-read.
+            body = reindex(node.body, dict(zip(index_vars(len(node.size)), ld.index)))
+            return self.rounded(self.emit(body, groups), node.dtype)
+        lay = node.layout
+        pos = bind(lay.offset + linearize(ld.index, lay.stride), groups)
+        mask = mask_for(pos, self.masked)
+        extra = f", mask={mask}, other=0" if mask else ""
+        text = f"tl.load({self.param(ld.buf)} + ({tl_str(pos)}){extra})"
+        if lay.dtype in HALF_TYPES:
+            text += ".to(tl.float32)"
+        return self.assign(text)
+
+    def rounded(self, var: str, dtype: torch.dtype) -> str:
+        """A member's value as a reader sees it: rounded to its storage type if half."""
+        if dtype in HALF_TYPES:
+            return self.assign(f"{var}.to({TL_TYPES[dtype]}).to(tl.float32)")
+        return var
+
+    def store(self, node, var: str, groups) -> None:
+        if node.name in self.kernel.local:
+            return
+        pos = store_index(tuple(node.size), groups)
+        mask = mask_for(pos, self.masked)
+        extra = f", mask={mask}" if mask else ""
+        ptr = self.param(node.name, True)
+        self.line(f"tl.store({ptr} + ({tl_str(pos)}), {var}.to({TL_TYPES[node.dtype]}){extra})")
+
+
+# -- member groups: how a member's loop variables come from the block indices ----------------
+
+
+def _groups(ctx: _KernelContext, node, member):
+    vs = index_vars(len(node.size))
+    size = tuple(node.size)
+    p = ctx.plan
+    if p.kind == "flat":
+        return [(vs, size, XINDEX)]
+    if p.kind == "tiled":
+        k = p.tile_split
+        return [(vs[:k], size[:k], YINDEX), (vs[k:], size[k:], XINDEX)]
+    if isinstance(node, Reduction):
+        return [(vs, size, XINDEX), (reduce_vars(len(node.reduce_size)), node.reduce_size, RINDEX)]
+    if member.per_row:
+        return [(vs, size, XINDEX)]
+    k = member.split
+    return [(vs[:k], size[:k], XINDEX), (vs[k:], size[k:], RINDEX)]
+
+
+def _pointwise(ctx: _KernelContext, member) -> None:
+    node = ctx.nodes[member.name]
+    groups = _groups(ctx, node, member)
+    var = ctx.emit(node.body, groups)
+    ctx.store(node, var, groups)
+    ctx.values[node.name] = ctx.rounded(var, node.dtype)
+
+
+def _block(ctx: _KernelContext, var: str, dtype: torch.dtype) -> str:
+    return ctx.assign(f"tl.broadcast_to({var}, [XBLOCK, RBLOCK])")
+
+
+def _identity_literal(rtype: str, dtype: torch.dtype):
+    text = reduce_identity(rtype, dtype)
+    return eval(text, {"float": float})  # a literal from ops.py's table, never user input
+
+
+def _reduce_persistent(ctx: _KernelContext, member) -> str:
+    node = ctx.nodes[member.name]
+    groups = _groups(ctx, node, member)
+    bdt = node.body.dtype
+    value = _block(ctx, ctx.emit(node.body, groups), bdt)
+    rtype = node.reduce_type
+    if rtype in ("argmax", "argmin"):
+        value = _masked_value(ctx, value, rtype, bdt)
+        ridx = ctx.assign("tl.broadcast_to(rindex, [XBLOCK, RBLOCK])")
+        res = ctx.fresh("red")
+        ctx.line(f"_, {res} = tl.reduce(({value}, {ridx}), 1, _{rtype}_combine, keep_dims=True)")
+        return ctx.assign(f"{res}.to(tl.int64)")
+    value = _masked_value(ctx, value, rtype, bdt)
+    return ctx.assign(REDUCE_BLOCK[rtype].format(v=value), "red")
+
+
+def _masked_value(ctx: _KernelContext, value: str, rtype: str, dtype: torch.dtype) -> str:
+    if RINDEX not in ctx.masked:
+        return value
+    ident = ctx.assign(ctx.full(_identity_literal(rtype, dtype), dtype))
+    return ctx.assign(f"tl.where(rmask, {value}, {ident})")
+
+
+def _reduce_looped(ctx: _KernelContext, member) -> str:
+    node = ctx.nodes[member.name]
+    groups = _groups(ctx, node, member)
+    bdt = node.body.dtype
+    rtype = node.reduce_type
+    arg = rtype in ("argmax", "argmin")
+    acc = ctx.fresh("acc")
+    ident = render_const(_identity_literal(rtype, bdt), bdt)
+    acc_t = "tl.int1" if rtype in ("any", "all") else compute_tl(bdt)
+    ctx.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {acc_t})")
+    if arg:
+        ctx.line(f"{acc}_i = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)")
+    saved = dict(ctx.cache)
+    _loop_head(ctx)
+    value = _masked_value(ctx, _block(ctx, ctx.emit(node.body, groups), bdt), rtype, bdt)
+    if arg:
+        ridx = ctx.assign("tl.broadcast_to(rindex, [XBLOCK, RBLOCK])")
+        ctx.line(f"{acc}, {acc}_i = _{rtype}_combine({acc}, {acc}_i, {value}, {ridx})")
+    else:
+        ctx.line(f"{acc} = " + REDUCE_ACCUMULATE[rtype].format(acc=acc, v=value))
+    _loop_tail(ctx, saved)
+    if arg:
+        res = ctx.fresh("red")
+        ctx.line(f"_, {res} = tl.reduce(({acc}, {acc}_i), 1, _{rtype}_combine, keep_dims=True)")
+        return ctx.assign(f"{res}.to(tl.int64)")
+    return ctx.assign(REDUCE_BLOCK[rtype].format(v=acc), "red")
+
+
+def _loop_head(ctx: _KernelContext) -> None:
+    ctx.line(f"for roffset in range(0, {ctx.plan.rnumel}, RBLOCK):")
+    ctx.indent += "    "
+    ctx.line("rindex = roffset + rbase")
+    if RINDEX in ctx.masked:
+        ctx.line(f"rmask = rindex < {ctx.plan.rnumel}")
+
+
+def _loop_tail(ctx: _KernelContext, saved: dict) -> None:
+    ctx.indent = ctx.indent[:-4]
+    ctx.cache = saved  # values computed inside the loop do not outlive it
+
+
+def _reduction(ctx: _KernelContext, member) -> None:
+    node = ctx.nodes[member.name]
+    if ctx.plan.kind == "looped":
+        var = _reduce_looped(ctx, member)
+    else:
+        var = _reduce_persistent(ctx, member)
+    ctx.store(node, var, [(index_vars(len(node.size)), tuple(node.size), XINDEX)])
+    ctx.values[node.name] = ctx.rounded(var, node.dtype)
+
+
+def _header(ctx: _KernelContext, wide: bool) -> list[str]:
+    p = ctx.plan
+    pid = "tl.program_id({})" + (".to(tl.int64)" if wide else "")
+    out = []
+    if p.kind == "flat":
+        out += [f"xnumel = {p.xnumel}", f"xindex = {pid.format(0)} * XBLOCK + tl.arange(0, XBLOCK)"]
+        if XINDEX in ctx.masked:
+            out.append("xmask = xindex < xnumel")
+        return out
+    if p.kind == "tiled":
+        out += [
+            f"ynumel = {p.ynumel}",
+            f"xnumel = {p.xnumel}",
+            f"yindex = {pid.format(1)} * YBLOCK + tl.arange(0, YBLOCK)[:, None]",
+            f"xindex = {pid.format(0)} * XBLOCK + tl.arange(0, XBLOCK)[None, :]",
+        ]
+        out += ["ymask = yindex < ynumel"] if YINDEX in ctx.masked else []
+        out += ["xmask = xindex < xnumel"] if XINDEX in ctx.masked else []
+        return out
+    out += [
+        f"xnumel = {p.xnumel}",
+        f"xindex = {pid.format(0)} * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
+    ]
+    out += ["xmask = xindex < xnumel"] if XINDEX in ctx.masked else []
+    if p.kind == "persistent":
+        out.append("rindex = tl.arange(0, RBLOCK)[None, :]")
+        out += [f"rmask = rindex < {p.rnumel}"] if RINDEX in ctx.masked else []
+    else:
+        out.append("rbase = tl.arange(0, RBLOCK)[None, :]")
+    return out
+
+
+def _masked_blocks(p: Plan) -> set:
+    out = set()
+    if p.xnumel % p.XBLOCK:
+        out.add(XINDEX)
+    if p.kind == "tiled" and p.ynumel % p.YBLOCK:
+        out.add(YINDEX)
+    if p.kind in ("persistent", "looped") and p.rnumel % p.RBLOCK:
+        out.add(RINDEX)
+    return out
+
+
+def _wide(kernel: Kernel, nodes: dict, names) -> bool:
+    """64-bit indices when some buffer this kernel touches spans 2**31 elements or more."""
+    limit = 2**31 - 1
+    return kernel.outer * kernel.inner >= limit or any(
+        extent(nodes[n].layout) >= limit for n in names
+    )
+
+
+def render_kernel(kernel: Kernel, nodes: dict) -> TritonKernel:
+    p = plan(kernel, nodes)
+    ctx = _KernelContext(kernel, nodes, p)
+    ctx.masked = _masked_blocks(p)
+    members = list(kernel.members)
+    while members:
+        m = members.pop(0)
+        node = nodes[m.name]
+        if isinstance(node, Reduction):
+            _reduction(ctx, m)
+        elif p.kind != "looped" or m.per_row:
+            _pointwise(ctx, m)
+        else:
+            group = [m]
+            while (
+                members and not members[0].per_row and isinstance(nodes[members[0].name], Pointwise)
+            ):
+                group.append(members.pop(0))
+            saved, saved_values = dict(ctx.cache), dict(ctx.values)
+            _loop_head(ctx)
+            for g in group:
+                _pointwise(ctx, g)
+            _loop_tail(ctx, saved)
+            ctx.values = saved_values  # element values are only valid inside their loop
+    params = tuple(ctx.params)
+    wide = _wide(kernel, nodes, params)
+    consts = ", ".join(f"{k}: tl.constexpr" for k in p.constexprs)
+    lines = ["@triton.jit", f"def {kernel.name}({', '.join(params)}, {consts}):"]
+    lines += ["    " + h for h in _header(ctx, wide)]
+    lines += ctx.lines
+    return TritonKernel(kernel.name, params, p, "\n".join(lines))
+
+
+def render_module(sched: Schedule) -> TritonModule:
+    nodes = sched.graph.node_map()
+    kernels = tuple(render_kernel(k, nodes) for k in sched.kernels if k.outer * k.inner > 0)
+    source = PRELUDE + "\n\n" + "\n\n\n".join(k.source for k in kernels) + "\n"
+    return TritonModule(kernels, source)

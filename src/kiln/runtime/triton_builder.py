@@ -1,0 +1,174 @@
+"""The Triton builder: generated module source -> an imported module of compiled kernels.
+
+Takes the Python source of one graph's Triton kernels (codegen/triton) and what each kernel is
+launched with; gives the imported module, whose attributes are the `@triton.jit` kernels.
+
+* The source is written to the kiln cache directory (`<cache>/triton/<key>.py`, through the
+  same checked, atomic artifact cache the C++ builder uses) and imported from there: Triton
+  reads a kernel's source with `inspect`, so it has to live in a real file. The key hashes the
+  source with the kiln, torch, Triton and Python versions; an identical graph reuses the file
+  and, within a process, the imported module (nothing is loaded twice).
+* Compiled binaries are cached on disk by Triton itself, keyed by content and device. When a
+  graph has several kernels and a GPU is present, they are compiled ahead of the first launch
+  in parallel worker processes (`Kernel.warmup`), which fills that cache; the launches in the
+  parent then only load binaries. A worker failure is not an error: the parent compiles that
+  kernel itself at its first launch.
+* Under `TRITON_INTERPRET=1` nothing is compiled; the module's `libdevice` is replaced by the
+  NumPy stand-in of runtime/triton_interpret.py.
+
+Why it exists: the builder half of the cuda device (STYLE.md item 5); it knows files,
+processes and Triton's compiler, nothing about kernels.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import hashlib
+import importlib.util
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+from .. import __version__ as kiln_version
+from .. import logs, options
+from .cache import ArtifactCache, CacheUnsafe
+from .triton_interpret import is_interpreting
+
+# Compile in workers only when there is enough to share out; a worker pool costs a process
+# start (import torch and Triton) the first time.
+PARALLEL_MIN_KERNELS = 3
+MAX_WORKERS = 8
+
+_loaded: dict[str, object] = {}
+STATS = {"loads": 0, "memory_hits": 0, "disk_hits": 0, "warmed": 0, "warm_seconds": 0.0}
+
+
+class TritonNotFound(RuntimeError):
+    pass
+
+
+def require_triton():
+    """The `triton` package, or `TritonNotFound` saying how to get it."""
+    try:
+        import triton
+        import triton.language  # noqa: F401
+    except ImportError as e:
+        raise TritonNotFound(
+            f"kiln's GPU code generator needs Triton ({e}). Fix: `pip install triton` "
+            "(or `pip install kiln[gpu]`), or use backend='aot_eager'."
+        ) from None
+    return triton
+
+
+def cache_key(source: str) -> str:
+    triton = require_triton()
+    interp = "interpret" if is_interpreting() else "compile"
+    parts = [source, kiln_version, torch.__version__, triton.__version__, sys.version, interp]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _disk_cache(root: str) -> ArtifactCache:
+    try:
+        return ArtifactCache(os.path.join(root, "triton"), suffix=".py")
+    except CacheUnsafe as e:
+        private = tempfile.mkdtemp(prefix="kiln-cache-")
+        logs.warn(f"kiln cache: {e}; using the private directory {private} for this process")
+        return ArtifactCache(private, suffix=".py")
+
+
+def _import(path: str, key: str):
+    name = f"kiln_triton_{key[:24]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # Triton resolves a kernel's globals through its module
+    spec.loader.exec_module(module)
+    if is_interpreting():
+        from .triton_interpret import libdevice
+
+        module.libdevice = libdevice
+    return module
+
+
+def load(source: str, launches: dict | None = None, cache_dir: str | None = None):
+    """Import (writing it if needed) the module of `source`. `launches` maps kernel names to
+    (argument dtypes, grid, constexprs, num_warps), used to compile kernels ahead in parallel."""
+    key = cache_key(source)
+    hit = _loaded.get(key)
+    if hit is not None:
+        STATS["memory_hits"] += 1
+        return hit
+    cache = _disk_cache(cache_dir or options.env_cache_dir())
+    path = cache.lookup(key)
+    if path is None:
+        path = cache.store(key, source.encode())
+    else:
+        STATS["disk_hits"] += 1
+    module = _import(path, key)
+    STATS["loads"] += 1
+    if launches and not is_interpreting():
+        warm(path, launches)
+    _loaded[key] = module
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# Parallel ahead-of-time compilation
+# ---------------------------------------------------------------------------------------------
+
+_pool: concurrent.futures.ProcessPoolExecutor | None = None
+
+
+def _get_pool(n: int) -> concurrent.futures.ProcessPoolExecutor:
+    global _pool
+    if _pool is None:
+        workers = max(1, min(MAX_WORKERS, os.cpu_count() or 1))
+        # spawn: a forked child of a process that initialized CUDA cannot use it
+        ctx = multiprocessing.get_context("spawn")
+        _pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx)
+    return _pool
+
+
+def _warm_one(path: str, kernel: str, dtypes: list, grid: tuple, consts: dict, warps: int):
+    """In a worker: import the module file and compile one kernel into Triton's cache."""
+    key = os.path.basename(path).split(".")[0]
+    module = _import(path, key)
+    fn = getattr(module, kernel)
+    torch_dtypes = [getattr(torch, d) for d in dtypes]
+    fn.warmup(*torch_dtypes, grid=grid, num_warps=warps, **consts)
+    return kernel
+
+
+def warm(path: str, launches: dict) -> None:
+    """Compile the kernels of `path` in worker processes (see module doc)."""
+    if len(launches) < PARALLEL_MIN_KERNELS or not torch.cuda.is_available():
+        return
+    start = time.perf_counter()
+    try:
+        pool = _get_pool(len(launches))
+        futures = [
+            pool.submit(_warm_one, path, name, [str(d).replace("torch.", "") for d in dts], g, c, w)
+            for name, (dts, g, c, w) in launches.items()
+        ]
+        for f in futures:
+            try:
+                f.result()
+                STATS["warmed"] += 1
+            except Exception as e:  # the parent compiles it at first launch instead
+                logs.log("perf_hints", f"parallel Triton compile failed ({e!r}); compiling inline")
+    except Exception as e:
+        logs.log("perf_hints", f"no Triton compile workers ({e!r}); compiling inline")
+    STATS["warm_seconds"] += time.perf_counter() - start
+
+
+def shutdown() -> None:
+    """Stop the compile workers (tests and `kiln.reset()` may call this)."""
+    global _pool
+    if _pool is not None:
+        _pool.shutdown(cancel_futures=True)
+        _pool = None
