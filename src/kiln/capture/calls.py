@@ -281,30 +281,39 @@ def _class_attr(cls: type, name: str) -> Any:
 
 
 # ---- calls --------------------------------------------------------------------------------------
-def interp_call(interp, fn: Any, args: tuple, kwargs: dict) -> Any:
+def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
+    """Call `fn` inside the trace. `site` is the frame whose CALL receives the result directly
+    (no Python code in between); only frames entered that way can be resumed after a break."""
     t = type(fn)
     if t is types.FunctionType:
         if id(fn) in _disabled:
-            return _break_and_run(interp, fn, args, kwargs, f"{fn.__qualname__} is kiln.disable'd")
+            return _break_and_run(
+                interp,
+                fn,
+                args,
+                kwargs,
+                f"{fn.__qualname__} is kiln.disable'd",
+                "the call runs eagerly; the rest of the function is compiled separately",
+            )
         compiled = getattr(fn, "_kiln_compiled", None)
         if compiled is not None:
-            return interp_call(interp, compiled.root_callable, args, kwargs)
+            return interp_call(interp, compiled.root_callable, args, kwargs, site)
         if id(fn) in _allow_in_graph or not _inlinable(fn):
             return native_call(interp, fn, args, kwargs)
-        return interp.call_function(fn, args, kwargs)
+        return interp.call_function(fn, args, kwargs, site)
     if t is types.MethodType:
-        return interp_call(interp, fn.__func__, (fn.__self__, *args), kwargs)
+        return interp_call(interp, fn.__func__, (fn.__self__, *args), kwargs, site)
     if isinstance(fn, torch.nn.Module):
-        return call_module(interp, fn, args, kwargs)
+        return call_module(interp, fn, args, kwargs, site)
     if t is functools.partial:
-        return interp_call(interp, fn.func, (*fn.args, *args), {**fn.keywords, **kwargs})
+        return interp_call(interp, fn.func, (*fn.args, *args), {**fn.keywords, **kwargs}, site)
     if isinstance(fn, type):
         return call_class(interp, fn, args, kwargs)
     if isinstance(fn, BUILTIN_TYPES):
         return call_builtin(interp, fn, args, kwargs)
     call = _class_attr(t, "__call__")
     if type(call) is types.FunctionType and _inlinable(call):
-        return interp_call(interp, call, (fn, *args), kwargs)
+        return interp_call(interp, call, (fn, *args), kwargs, site)
     return call_builtin(interp, fn, args, kwargs)
 
 
@@ -348,14 +357,18 @@ def _is_library(mod: str) -> bool:
 
 
 def native_call(interp, fn, args, kwargs):
-    result = fn(*args, **kwargs)
+    interp.native_nesting += 1
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        interp.native_nesting -= 1
     interp.tracer.sync_state()
     return result
 
 
 def _break_and_run(interp, fn, args, kwargs, reason: str, hint: str = ""):
     interp.tracer.graph_break(reason, hint)
-    return fn(*args, **kwargs)
+    return native_call(interp, fn, args, kwargs)
 
 
 def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
@@ -372,7 +385,7 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
             if src is not None:
                 tracer.side_effects.mutate_container(owner, src)
                 tracer.effects_visible = True
-        return fn(*_trampolines(interp, args), **kwargs)
+        return native_call(interp, fn, _trampolines(interp, args), kwargs)
     if isinstance(owner, (str, bytes, tuple, int, float, frozenset, range, slice, torch.Size)):
         return fn(*args, **kwargs)
     if isinstance(owner, torch.Tensor):
@@ -381,7 +394,7 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
     if _hashable(fn) and fn in PURE_BUILTINS or mod in PURE_MODULES:
         if _hashable(fn) and fn in _ITERATING:
             args = _materialize(interp, fn, args)
-        return fn(*_trampolines(interp, args), **kwargs)
+        return native_call(interp, fn, _trampolines(interp, args), kwargs)
     if (
         mod.startswith("torch")
         or isinstance(owner, types.ModuleType)
@@ -497,6 +510,8 @@ def call_class(interp, cls: type, args: tuple, kwargs: dict) -> Any:
     )
     if user_class:
         obj = object.__new__(cls)
+        interp.tracer.created_objects.add(id(obj))
+        interp.tracer.keepalive.append(obj)
         interp_call(interp, init, (obj, *args), kwargs)
         return obj
     if issubclass(cls, torch.nn.Module):
@@ -527,7 +542,7 @@ _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_back
 _mod_globals = None
 
 
-def call_module(interp, mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+def call_module(interp, mod: torch.nn.Module, args: tuple, kwargs: dict, site=None) -> Any:
     """`mod(*args)` as Module.__call__ runs it: pre-hooks, forward, forward hooks."""
     tracer = interp.tracer
     d = mod.__dict__
@@ -554,8 +569,8 @@ def call_module(interp, mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
             if result is not None:
                 args = result if isinstance(result, tuple) else (result,)
     forward = load_attr(interp, mod, "forward")
-    out = interp_call(interp, forward, args, kwargs)
     post = [*gm._global_forward_hooks.items(), *d.get("_forward_hooks", {}).items()]
+    out = interp_call(interp, forward, args, kwargs, None if post else site)
     for hook_id, hook in post:
         if hook_id in d.get("_forward_hooks_with_kwargs", ()):
             result = interp_call(interp, hook, (mod, args, kwargs, out), {})
@@ -620,7 +635,7 @@ def _print(interp, args, kwargs):
             tracer.graph_break("print(file=...) writes to a stream kiln does not replay")
         tracer.side_effects.print_call(args, dict(kwargs))
         tracer.effects_visible = True
-    return print(*args, **kwargs)
+    return native_call(interp, print, args, kwargs)
 
 
 def _len(interp, args, kwargs):

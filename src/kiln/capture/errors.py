@@ -34,3 +34,22 @@ class FullgraphBreak(KilnInternal):
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
+
+
+class ResumableBreak(KilnInternal):
+    """Raised by the tracer at a break the innermost CALL or branch handler can turn into a
+    continuation."""
+
+    def __init__(self, reason: str, hint: str, where: str):
+        super().__init__(reason)
+        self.reason, self.hint, self.where = reason, hint, where
+
+
+class GraphBreakAt(KilnInternal):
+    """The graph ends here. `chain` is root..innermost; `step` is what runs in plain Python:
+    ("call", fn, args, kwargs) or ("branch", value, jump_if, target_pc, next_pc)."""
+
+    def __init__(self, chain: list, step: tuple, brk: ResumableBreak):
+        super().__init__(brk.reason)
+        self.chain, self.step = chain, step
+        self.reason, self.hint, self.where = brk.reason, brk.hint, brk.where

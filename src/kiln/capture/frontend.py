@@ -20,7 +20,12 @@ import torch.fx as fx
 
 from .. import logs
 from ..backends.registry import lookup_backend
-from . import calls, module_tree
+from . import (
+    breaks,  # noqa: E402  (needs CompiledFunction defined at call time only)
+    calls,
+    module_tree,
+)
+from .continuations import GraphBreakAt
 from .errors import AbortTrace, FullgraphBreak, Unsupported
 from .interpreter import Interpreter
 from .residual import (
@@ -44,7 +49,13 @@ def is_tracing() -> bool:
 
 class CompiledFunction:
     def __init__(
-        self, root_callable: Callable, signature_of: Callable, opts, label: str, root_globals: dict
+        self,
+        root_callable: Callable,
+        signature_of: Callable | None,
+        opts,
+        label: str,
+        root_globals: dict,
+        signature: inspect.Signature | None = None,
     ) -> None:
         self.root_callable = root_callable
         self.opts = opts
@@ -55,8 +66,10 @@ class CompiledFunction:
         self.entry_guards: list[tuple] = []
         self.eager_reason: str | None = None
         self.compiles = 0
+        self.breaks: list[tuple[str, str, str]] = []  # (reason, where, hint), for explain
+        self.continuations: dict = {}
         try:
-            sig = inspect.signature(signature_of)
+            sig = signature or inspect.signature(signature_of)
         except (TypeError, ValueError):
             sig = inspect.Signature(
                 [
@@ -94,7 +107,7 @@ class CompiledFunction:
             if result is not MISS:
                 return result
         if self.eager_reason is not None:
-            return self.root_callable(*args, **kwargs)
+            return self.run_eagerly(args, kwargs)
         if len(self.entries) >= self.opts.cache_size_limit:
             self.eager_reason = "cache size limit"
             logs.warn(
@@ -104,7 +117,7 @@ class CompiledFunction:
                 "options={'cache_size_limit': N} or KILN_CACHE_SIZE_LIMIT=N, or mark the "
                 "changing sizes dynamic."
             )
-            return self.root_callable(*args, **kwargs)
+            return self.run_eagerly(args, kwargs)
         if self.entries and logs.is_on("recompiles"):
             logs.log(
                 "recompiles", lambda: f"recompiling {self.label}: {self._why_missed(args, kwargs)}"
@@ -125,25 +138,17 @@ class CompiledFunction:
         tracer = Tracer(self.opts, lambda: interp_holder[0].location())
         interp = Interpreter(tracer, self.root_globals)
         interp_holder.append(interp)
-        try:
-            bound = self.signature.bind(*args, **kwargs)
-        except TypeError:
-            return self.root_callable(*args, **kwargs)  # CPython raises the proper TypeError
-        bound.apply_defaults()
+        tracer.interp = interp
         _state.depth = getattr(_state, "depth", 0) + 1
         try:
             with tracer.mode:
-                for name, value in bound.arguments.items():
-                    tracer.track(value, LocalSource(name))
-                if isinstance(self.root_callable, torch.nn.Module):
-                    tracer.sources[id(self.root_callable)] = (
-                        self.root_callable,
-                        ConstSource(self.root_callable, "self"),
-                    )
-                elif isinstance(self.root_callable, types.MethodType):
-                    owner = self.root_callable.__self__
-                    tracer.track(owner, ConstSource(owner, "self"))
-                result = calls.interp_call(interp, self.root_callable, args, kwargs)
+                result = self._run_root(tracer, interp, args, kwargs)
+        except GraphBreakAt as brk:
+            _state.depth -= 1
+            try:
+                return breaks.handle(self, tracer, brk)
+            finally:
+                _state.depth += 1
         except FullgraphBreak as e:
             raise Unsupported(f"{self.label}: {e.message}") from None
         except AbortTrace as e:
@@ -154,7 +159,7 @@ class CompiledFunction:
                     "changed state outside the function; please report this. Run it with "
                     "kiln.disable for now."
                 ) from None
-            return self.root_callable(*args, **kwargs)
+            return self.run_eagerly(args, kwargs)
         finally:
             _state.depth -= 1
         if tracer.broken is not None:
@@ -173,16 +178,41 @@ class CompiledFunction:
             self._give_up(f"cannot rebuild the result on later calls: {e}", tracer)
         return result
 
+    def _run_root(self, tracer: Tracer, interp: Interpreter, args: tuple, kwargs: dict):
+        """Track the arguments and run the compiled callable on kiln's interpreter."""
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        for name, value in bound.arguments.items():
+            tracer.track(value, LocalSource(name))
+        root = self.root_callable
+        if isinstance(root, torch.nn.Module):
+            tracer.sources[id(root)] = (root, ConstSource(root, "self"))
+            interp.root_resumable = not _has_hooks(root)
+        else:
+            if isinstance(root, types.MethodType):
+                tracer.track(root.__self__, ConstSource(root.__self__, "self"))
+            interp.root_resumable = True
+        return calls.interp_call(interp, root, args, kwargs)
+
     def _give_up(self, reason: str, tracer) -> None:
         self.eager_reason = reason
         logs.log("graph_breaks", f"{self.label}: {reason}")
         logs.log("fallbacks", f"{self.label} runs eagerly: {reason.splitlines()[0]}")
 
-    def _install(self, tracer: Tracer, result: Any) -> None:
+    def run_eagerly(self, args: tuple, kwargs: dict):
+        return self.root_callable(*args, **kwargs)
+
+    def _install(self, tracer: Tracer, result: Any, tail=None) -> None:
+        """Compile the trace's graph and add a cache entry. `tail(rb)` may replace the final
+        `return` with lines of its own (a graph break's step and continuation call)."""
         namer = Namer()
         rb = Rebuilder(tracer, namer)
-        result_expr = rb.expr(result)
         effects = side_effect_lines(tracer, rb)
+        if tail is None:
+            result_expr, tail_lines = rb.expr(result), None
+        else:
+            result_expr, tail_lines = "None", tail(rb)
+        effects = rb.lets + effects
         graph = tracer.graph
         has_compute = any(
             n.op in ("call_function", "call_method", "call_module") for n in graph.nodes
@@ -219,6 +249,7 @@ class CompiledFunction:
             result_expr,
             namer,
             name,
+            tail_lines,
         )
         logs.log(
             "guards",
@@ -232,10 +263,22 @@ class CompiledFunction:
         self.entry_guards.append((list(tracer.guards.guards), namer))
 
     def reset(self) -> None:
+        self.continuations.clear()
+        self.breaks.clear()
         self.entries.clear()
         self.entry_sources.clear()
         self.entry_guards.clear()
         self.eager_reason = None
+
+
+def _has_hooks(mod: torch.nn.Module) -> bool:
+    g = torch.nn.modules.module
+    return bool(
+        mod._forward_hooks
+        or mod._forward_pre_hooks
+        or g._global_forward_hooks
+        or g._global_forward_pre_hooks
+    )
 
 
 def mark_disabled(fn):

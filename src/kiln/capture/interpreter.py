@@ -42,6 +42,7 @@ class Frame:
         "kw_names",
         "is_root",
         "root_globals",
+        "parent",
     )
 
     def __init__(self, fn: types.FunctionType, locals_: dict, is_root: bool = False) -> None:
@@ -56,6 +57,7 @@ class Frame:
         self.pc = 0
         self.kw_names: tuple = ()
         self.is_root = is_root
+        self.parent: Frame | None = None  # the frame whose CALL receives our return value
 
     def location(self) -> tuple[str, int | None, str]:
         filename, line = self.info.location(max(self.pc - 1, 0))
@@ -69,6 +71,9 @@ class Interpreter:
         self.frames: list[Frame] = []
         self.current_exc: BaseException | None = None
         self.depth_limit = 200
+        self.native_nesting = 0  # native calls in progress (a break inside one can't resume)
+        self.root_frame: Frame | None = None
+        self.root_resumable = False  # no module hooks around the root call
 
     # ---- running frames -----------------------------------------------------------------------
     def run_frame(self, frame: Frame) -> tuple[int, Any]:
@@ -106,7 +111,7 @@ class Interpreter:
         frame.pc = frame.info.index_of[entry.target]
         return True
 
-    def call_function(self, fn: types.FunctionType, args: tuple, kwargs: dict) -> Any:
+    def call_function(self, fn: types.FunctionType, args: tuple, kwargs: dict, site=None) -> Any:
         """Run a Python function here (inline it): a new frame on this interpreter's stack."""
         code = fn.__code__
         if code.co_flags & CO_ASYNC:
@@ -114,6 +119,9 @@ class Interpreter:
                 f"kiln cannot trace async function {fn.__qualname__}; compile synchronous code"
             )
         frame = Frame(fn, bind_args(fn, args, kwargs))
+        if self.root_frame is None and not self.frames:
+            self.root_frame = frame
+        frame.parent = site
         if code.co_flags & CO_GENERATOR:
             return InterpGenerator(self, frame)
         kind, value = self.run_frame(frame)

@@ -12,7 +12,19 @@ import types
 from . import bytecode as bc
 from .bytecode import opcode
 from .calls import interp_call
+from .errors import GraphBreakAt, ResumableBreak
 from .interpreter import NULL
+
+
+def _call(interp, frame, fn, args: tuple, kwargs: dict):
+    """A call whose result goes straight onto this frame's stack; a break inside it becomes
+    the end of the graph, with the call itself as the plain-Python step."""
+    try:
+        return interp_call(interp, fn, args, kwargs, frame)
+    except ResumableBreak as brk:
+        from .continuations import chain_of
+
+        raise GraphBreakAt(chain_of(interp, frame), ("call", fn, args, kwargs), brk) from None
 
 
 @opcode("KW_NAMES", until=(3, 13))
@@ -44,7 +56,7 @@ def op_call(interp, frame, inst):
     if bc.PY >= (3, 13):
         names = ()
     pos, kwargs = _split_kwargs(args, names)
-    stack.append(interp_call(interp, fn, tuple(pos), kwargs))
+    stack.append(_call(interp, frame, fn, tuple(pos), kwargs))
 
 
 @opcode("CALL_KW", since=(3, 13))
@@ -58,7 +70,7 @@ def op_call_kw(interp, frame, inst):
     a = stack.pop()
     fn, args = (a, args) if b is NULL else (a, [b, *args])
     pos, kwargs = _split_kwargs(args, names)
-    stack.append(interp_call(interp, fn, tuple(pos), kwargs))
+    stack.append(_call(interp, frame, fn, tuple(pos), kwargs))
 
 
 @opcode("CALL_FUNCTION_EX")
@@ -79,7 +91,7 @@ def op_call_function_ex(interp, frame, inst):
         args = tuple(args)
     if not isinstance(kwargs, dict):
         kwargs = dict(kwargs)
-    stack.append(interp_call(interp, fn, args, kwargs))
+    stack.append(_call(interp, frame, fn, args, kwargs))
 
 
 @opcode("MAKE_FUNCTION")
@@ -102,6 +114,7 @@ def op_make_function(interp, frame, inst):
             else annotations
         )
     interp.tracer.keepalive.append(fn)
+    interp.tracer.inner_functions.add(id(fn))
     stack.append(fn)
 
 

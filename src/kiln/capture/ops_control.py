@@ -17,6 +17,17 @@ def _jump(frame, inst):
     frame.pc = frame.info.target(inst)
 
 
+def _truth(interp, frame, inst, value) -> bool:
+    """`bool(value)` for a branch; on a tensor this is where a graph break lands."""
+    from .continuations import GraphBreakAt, ResumableBreak, branch_targets, chain_of
+
+    try:
+        return bool(value)
+    except ResumableBreak as brk:
+        step = ("branch", value, *branch_targets(frame, inst))
+        raise GraphBreakAt(chain_of(interp, frame), step, brk) from None
+
+
 @opcode("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT")
 def op_jump(interp, frame, inst):
     _jump(frame, inst)
@@ -25,14 +36,14 @@ def op_jump(interp, frame, inst):
 @opcode("POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE", until=(3, 12))
 @opcode("POP_JUMP_IF_TRUE", since=(3, 12))
 def op_pop_jump_if_true(interp, frame, inst):
-    if frame.stack.pop():
+    if _truth(interp, frame, inst, frame.stack.pop()):
         _jump(frame, inst)
 
 
 @opcode("POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE", until=(3, 12))
 @opcode("POP_JUMP_IF_FALSE", since=(3, 12))
 def op_pop_jump_if_false(interp, frame, inst):
-    if not frame.stack.pop():
+    if not _truth(interp, frame, inst, frame.stack.pop()):
         _jump(frame, inst)
 
 

@@ -36,6 +36,16 @@ class Rebuilder:
         self.namer = namer
         self.outputs: list[fx.Node] = []
         self._out_index: dict[fx.Node, int] = {}
+        self.lets: list[str] = []  # `___tN = ...`: mutable objects built once, shared by name
+        self._memo: dict[int, str] = {}
+        self._held: list[Any] = []
+
+    def _let(self, value: Any, expr: str) -> str:
+        name = f"___t{len(self.lets)}"
+        self.lets.append(f"{name} = {expr}")
+        self._memo[id(value)] = name
+        self._held.append(value)
+        return name
 
     def output_of(self, node: fx.Node) -> str:
         if node not in self._out_index:
@@ -69,6 +79,20 @@ class Rebuilder:
         src = tracer.source_of(value)
         if src is not None:
             return src.expr(self.namer)
+        if id(value) in self._memo:
+            return self._memo[id(value)]
+        t = type(value)
+        if t in (list, dict, set):
+            return self._let(value, self._build(value, depth))
+        if hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType)):
+            if id(value) in tracer.created_objects or dataclasses.is_dataclass(value):
+                return self._let(value, self._build(value, depth))
+            if not isinstance(value, (types.FunctionType, types.MethodType)):
+                return self.namer.const(value)  # an object from outside, by identity
+        return self._build(value, depth)
+
+    def _build(self, value: Any, depth: int) -> str:
+        tracer = self.tracer
         t = type(value)
         if t is list:
             return "[" + ", ".join(self.expr(v, depth + 1) for v in value) + "]"
@@ -117,6 +141,19 @@ class Rebuilder:
             return f"___rebuild_object({self.namer.const(t)}, {{{fields}}})"
         raise NotRebuildable(f"a {t.__qualname__} object made inside the compiled frame")
 
+    def _iterator(self, value: Any, depth: int) -> str:
+        """A built-in iterator (range, list, zip, enumerate, dict views...) at its position,
+        rebuilt through its own pickling recipe."""
+        try:
+            recipe = value.__reduce__()
+        except TypeError as e:
+            raise NotRebuildable(f"a {type(value).__name__} iterator ({e})") from None
+        fn, args = recipe[0], recipe[1]
+        state = recipe[2] if len(recipe) > 2 else None
+        args_expr = self.expr(tuple(args), depth + 1)
+        state_expr = self.expr(state, depth + 1)
+        return f"___from_reduce({self.namer.const(fn)}, {args_expr}, {state_expr})"
+
     def _dataclass(self, value, depth: int) -> str:
         t = type(value)
         init_fields = [f for f in dataclasses.fields(value) if f.init]
@@ -128,6 +165,13 @@ class Rebuilder:
             fields = ", ".join(f"{k!r}: {self.expr(v, depth + 1)}" for k, v in state.items())
             return f"___rebuild_object({self.namer.const(t)}, {{{fields}}})"
         raise NotRebuildable(f"dataclass {t.__qualname__} with state beyond its fields")
+
+
+def from_reduce(fn, args, state):
+    obj = fn(*args)
+    if state is not None:
+        obj.__setstate__(state)
+    return obj
 
 
 def rebuild_object(cls, state: dict):
@@ -237,6 +281,7 @@ def build_entry(
     result_expr: str,
     namer: Namer,
     name: str,
+    tail: list[str] | None = None,
 ) -> tuple[types.FunctionType, str]:
     guard = " and\n            ".join(f"({g})" for g in guard_exprs) or "True"
     lines = [
@@ -250,11 +295,15 @@ def build_entry(
     if has_graph:
         lines.append(f"    ___o = ___graph({', '.join(input_exprs)})")
     lines += [f"    {line}" for line in effect_lines]
-    lines.append(f"    return {result_expr}")
+    if tail:
+        lines += [f"    {line}" for line in tail]
+    else:
+        lines.append(f"    return {result_expr}")
     source = "\n".join(lines) + "\n"
     scope = dict(namer.namespace)
     scope["___MISS"] = MISS
     scope["___rebuild_object"] = rebuild_object
+    scope["___from_reduce"] = from_reduce
     code = compile(source, f"<kiln entry {name}>", "exec")
     exec(code, scope)
     fn = scope[name]

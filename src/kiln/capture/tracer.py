@@ -62,6 +62,9 @@ class Tracer:
         self.location_fn = location_fn
         self.mode = RecordingMode(self)
         self.inner_cells: set[int] = set()
+        self.inner_functions: set[int] = set()
+        self.created_objects: set[int] = set()  # user-class instances made during the trace
+        self.interp = None  # set by the frontend; consulted to decide if a break can resume
         self.mutated_attrs: set[tuple[int, str]] = set()
         self.mutated_objs: set[int] = set()
         self._names: set[str] = set()
@@ -84,6 +87,11 @@ class Tracer:
             if hint:
                 msg += f"\n  hint: {hint}"
             raise FullgraphBreak(msg)
+        if self.broken is None and self.interp is not None:
+            from .continuations import ResumableBreak, can_resume
+
+            if can_resume(self.interp):
+                raise ResumableBreak(reason, hint, where)
         if self.broken is None:
             self.broken = Break(reason, hint, where)
 
