@@ -34,6 +34,10 @@ from .wrapper import render_wrapper
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options | None = None):
     """Compile an ATen graph to C++/OpenMP kernels plus a Python wrapper (see module doc)."""
+    from . import devices  # graphs on another device (CUDA: Triton) go to its code generator
+
+    if devices.device_type(example_inputs, gm) != "cpu":
+        return devices.compile_graph(gm, example_inputs, options=options)
     try:
         return compile_graph_strict(gm, example_inputs, options=options)
     except GraphUnsupported as e:

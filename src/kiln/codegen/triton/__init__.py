@@ -154,9 +154,10 @@ def _launches(module: TritonModule, graph: LoopGraph) -> dict:
 
 
 def _graph_device(example_inputs, graph: LoopGraph) -> torch.device:
-    for t in list(example_inputs) + list(graph.constants.values()):
-        if isinstance(t, torch.Tensor):
-            return t.device
+    tensors = [t for t in list(example_inputs) + list(graph.constants.values())]
+    tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+    for t in sorted(tensors, key=lambda t: t.device.type == "cpu"):
+        return t.device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 

@@ -6,8 +6,9 @@ ATen ops it calls. Like the C++ wrapper (codegen/wrapper.py, whose step spelling
 calls, views and frees this reuses) it checks each input's shape and strides, then runs the
 steps in order; what differs is the small part that is Triton's:
 
-* buffers are allocated on the device of the inputs (`device = arg0.device`), so the same
-  program runs CUDA tensors on the GPU and CPU tensors under `TRITON_INTERPRET=1`;
+* buffers are allocated on the graph's device (the one its example inputs were on; an input
+  elsewhere, such as a CPU scalar tensor, is copied there), so the same program runs CUDA
+  tensors on the GPU and CPU tensors under `TRITON_INTERPRET=1`;
 * a kernel step is a launch, `kernel0[grid](buf0, arg0, XBLOCK=1024, num_warps=4)`, with the
   grid and block sizes of its plan written out, so `KILN_LOGS=output_code` shows them;
 * the body runs under `_device_guard(device)`, which selects the inputs' GPU when it is not the
@@ -35,8 +36,7 @@ def render_wrapper(sched: Schedule, kernels: dict[str, TritonKernel]) -> Wrapper
     graph = sched.graph
     nodes = graph.node_map()
     lines = [f"def call({', '.join(graph.inputs)}):"]
-    first = graph.inputs[0] if graph.inputs else None
-    lines.append(f"    device = {first}.device" if first else "    device = _default_device")
+    lines.append("    device = _default_device")
     for name in graph.inputs:
         lay = nodes[name].layout
         size, stride = _tuple(lay.size), _tuple(lay.stride)
