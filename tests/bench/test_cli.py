@@ -73,17 +73,43 @@ def test_tasks_cover_models_compilers_modes():
         timing_s=1.0,
         entry_modes=True,
     )
-    labels = [(t.model, t.compiler, t.mode, t.dtype, t.train) for t in tasks]
+    labels = [(t.model, t.compiler, t.mode, t.dtype, t.train, t.with_eager) for t in tasks]
     assert labels == [
-        ("mlp", "eager", "default", "bfloat16", False),
-        ("mlp", "torch", "default", "bfloat16", False),
-        ("mlp", "torch", "reduce-overhead", "bfloat16", False),
-        ("mlp", "kiln", "default", "bfloat16", False),
-        ("mlp", "kiln", "reduce-overhead", "bfloat16", False),
-        ("nanogpt", "eager", "default", "float32", True),
-        ("nanogpt", "torch", "default", "float32", True),
-        ("nanogpt", "kiln", "default", "float32", True),
+        ("mlp", "torch", "default", "bfloat16", False, True),
+        ("mlp", "torch", "reduce-overhead", "bfloat16", False, False),
+        ("mlp", "kiln", "default", "bfloat16", False, False),
+        ("mlp", "kiln", "reduce-overhead", "bfloat16", False, False),
+        ("nanogpt", "torch", "default", "float32", True, True),
+        ("nanogpt", "kiln", "default", "float32", True, False),
     ]
+    assert sum(t.rows for t in tasks) == 8  # eager's row once per model
+
+
+def test_eager_alone_gets_its_own_tasks():
+    tasks = suite.make_tasks(
+        (suite.Entry("mlp"),),
+        ("eager",),
+        ("default",),
+        device="cpu",
+        dtype="float32",
+        size="tiny",
+        models_path="x",
+        timing_s=1.0,
+        entry_modes=False,
+    )
+    assert [(t.compiler, t.with_eager, t.rows) for t in tasks] == [("eager", False, 1)]
+    tasks = suite.make_tasks(
+        (suite.Entry("mlp"),),
+        ("torch",),
+        ("default",),
+        device="cpu",
+        dtype="float32",
+        size="tiny",
+        models_path="x",
+        timing_s=1.0,
+        entry_modes=False,
+    )
+    assert [(t.compiler, t.with_eager) for t in tasks] == [("torch", False)]
 
 
 def test_flags_reach_the_tasks():
@@ -170,48 +196,42 @@ def _tiny_task(**kw) -> suite.Task:
 
 def test_worker_reports_a_model_that_fails_eagerly(tmp_path):
     result = tmp_path / "r.json"
-    assert worker.main([json.dumps(_tiny_task(model="no_such_model").to_dict()), str(result)]) == 0
-    row = json.loads(result.read_text())
-    assert row["correct"] is False
-    assert row["error"].startswith("eager: KeyError")
+    task = _tiny_task(model="no_such_model", compiler="torch", with_eager=True)
+    assert worker.main([json.dumps(task.to_dict()), str(result)]) == 0
+    rows = json.loads(result.read_text())
+    assert [(r["compiler"], r["correct"]) for r in rows] == [("eager", False), ("torch", False)]
+    assert all(r["error"].startswith("eager: KeyError") for r in rows)
 
 
 def test_worker_past_its_time_limit_is_stopped():
     t0 = time.perf_counter()
-    row = worker.run_in_subprocess(_tiny_task(), timeout_s=0.2)
+    (row,) = worker.run_in_subprocess(_tiny_task(), timeout_s=0.2)
     assert row["error"] == "timed out after 0 s (worker stopped)"
     assert row["correct"] is None
     assert time.perf_counter() - t0 < 30  # it was stopped, not waited for
 
 
 def test_end_to_end_writes_all_outputs(tmp_path, capsys):
+    """One worker process gives eager's row and kiln's, then the three files are written."""
     pytest.importorskip("matplotlib")
     paths = {ext: str(tmp_path / f"out.{ext}") for ext in ("json", "md", "png")}
-    rc = cli.bench_main(
-        [
-            "--models",
-            "softmax_ln",
-            "--compilers",
-            "eager",
-            "--size",
-            "tiny",
-            "--timing-s",
-            "0.01",
-            "--json",
-            paths["json"],
-            "--md",
-            paths["md"],
-            "--plot",
-            paths["png"],
-        ]
-    )
+    argv = ["--models", "softmax_ln", "--compilers", "eager,kiln", "--size", "tiny"]
+    argv += ["--threads", "1", "--timing-s", "0.01", "--json", paths["json"]]
+    argv += ["--md", paths["md"], "--plot", paths["png"]]
+    rc = cli.bench_main(argv)
     out = capsys.readouterr().out
     assert rc == 0, out
-    rows = json.loads(open(paths["json"]).read())["rows"]
+    data = json.loads(open(paths["json"]).read())
+    rows = data["rows"]
     assert [(r["model"], r["compiler"], r["correct"]) for r in rows] == [
-        ("softmax_ln", "eager", True)
+        ("softmax_ln", "eager", True),
+        ("softmax_ln", "kiln", True),
     ]
-    assert rows[0]["median_ms"] > 0 and rows[0]["peak_mem_bytes"] > 0
-    assert "| softmax_ln | float32 | eager | default | yes |" in open(paths["md"]).read()
+    assert all(r["median_ms"] > 0 and r["peak_mem_bytes"] > 0 for r in rows)
+    assert rows[1]["compile_s"] > 0 and rows[1]["speedup_vs_eager"] > 0
+    assert data["meta"]["threads"] == 1
+    md = open(paths["md"]).read()
+    assert "| softmax_ln | float32 | eager | default | yes |" in md
+    assert "| softmax_ln | float32 | kiln | default | yes |" in md
     assert open(paths["png"], "rb").read(4) == b"\x89PNG"
-    assert "1/1 rows" in out
+    assert "2/2 rows" in out

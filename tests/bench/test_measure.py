@@ -16,7 +16,13 @@ def models():
     return suite.load_models(suite.models_dir())
 
 
-def _task(model: str, compiler: str = "custom", train: bool = False, dtype: str = "float32"):
+def _task(
+    model: str,
+    compiler: str = "custom",
+    train: bool = False,
+    dtype: str = "float32",
+    with_eager: bool = False,
+):
     return suite.Task(
         model=model,
         compiler=compiler,
@@ -27,6 +33,7 @@ def _task(model: str, compiler: str = "custom", train: bool = False, dtype: str 
         train=train,
         models_dir=str(suite.models_dir()),
         timing_s=0.01,
+        with_eager=with_eager,
     )
 
 
@@ -53,7 +60,7 @@ def _wrong_gradients(model, mode):
 
 
 def test_eager_compiler_is_correct_and_measured(models):
-    row = measure.run_task(_task("mlp", "eager"), models["mlp"], measure.compile_eager)
+    (row,) = measure.run_task(_task("mlp", "eager"), models["mlp"], measure.compile_eager)
     assert row["correct"] is True, row["error"]
     assert row["error"] is None
     assert row["max_err"] == 0.0
@@ -64,7 +71,7 @@ def test_eager_compiler_is_correct_and_measured(models):
 
 
 def test_wrong_output_is_caught(models):
-    row = measure.run_task(_task("mlp"), models["mlp"], _off_by_a_percent)
+    (row,) = measure.run_task(_task("mlp"), models["mlp"], _off_by_a_percent)
     assert row["correct"] is False
     assert "wrong result" in row["error"] and "output[0]" in row["error"]
     assert row["max_err"] > measure.TOLERANCES[torch.float32]
@@ -72,7 +79,7 @@ def test_wrong_output_is_caught(models):
 
 
 def test_wrong_output_is_caught_in_bfloat16(models):
-    row = measure.run_task(
+    (row,) = measure.run_task(
         _task("softmax_ln", dtype="bfloat16"),
         models["softmax_ln"],
         lambda m, mode: measure.Compiled(lambda x: m(x) * 1.25),
@@ -81,16 +88,16 @@ def test_wrong_output_is_caught_in_bfloat16(models):
 
 
 def test_wrong_gradient_is_caught_in_training(models):
-    inference = measure.run_task(_task("nanogpt"), models["nanogpt"], _wrong_gradients)
+    (inference,) = measure.run_task(_task("nanogpt"), models["nanogpt"], _wrong_gradients)
     assert inference["correct"] is True, inference["error"]
-    row = measure.run_task(_task("nanogpt", train=True), models["nanogpt"], _wrong_gradients)
+    (row,) = measure.run_task(_task("nanogpt", train=True), models["nanogpt"], _wrong_gradients)
     assert row["correct"] is False
     assert "grad " in row["error"]
 
 
 def test_training_step_matches_eager_with_buffers(models):
     # resnet has batch norm: a training step mutates running statistics, which are compared.
-    row = measure.run_task(
+    (row,) = measure.run_task(
         _task("resnet", "eager", train=True), models["resnet"], measure.compile_eager
     )
     assert row["correct"] is True, row["error"]
@@ -100,10 +107,22 @@ def test_compiler_that_raises_becomes_an_error_row(models):
     def broken(model, mode):
         raise RuntimeError("no kernel for you")
 
-    row = measure.run_task(_task("pointwise"), models["pointwise"], broken)
+    eager, row = measure.run_task(_task("pointwise", with_eager=True), models["pointwise"], broken)
     assert row["correct"] is False
     assert row["error"] == "compile: RuntimeError: no kernel for you"
     assert row["median_ms"] is None
+    assert eager["compiler"] == "eager" and eager["error"] is None
+    assert eager["median_ms"] > 0  # eager is still timed, on its own
+
+
+def test_eager_row_comes_from_the_compiled_rows_process(models):
+    task = _task("mlp", "kiln-like", train=True, with_eager=True)
+    eager, row = measure.run_task(task, models["mlp"], _off_by_a_percent)
+    assert (eager["compiler"], eager["mode"], eager["train"]) == ("eager", "default", True)
+    assert eager["correct"] is True and row["correct"] is False
+    assert eager["median_ms"] == row["eager_ms"]  # the eager half of the interleaved timing
+    assert eager["speedup_vs_eager"] == 1.0
+    assert eager["peak_mem_bytes"] > 0 and eager["compile_s"] is None
 
 
 @pytest.mark.parametrize(
@@ -172,7 +191,7 @@ def kiln_logging_restored():
 
 
 def test_kiln_rows_count_graphs_through_a_wrapping_backend(models, kiln_logging_restored):
-    row = measure.run_task(_task("pointwise", "kiln"), models["pointwise"], measure.compile_kiln)
+    (row,) = measure.run_task(_task("pointwise", "kiln"), models["pointwise"], measure.compile_kiln)
     assert row["correct"] is True, row["error"]
     assert row["graphs"] >= 1
     assert row["graph_breaks"] == len(row["break_reasons"]) == 0

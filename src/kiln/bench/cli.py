@@ -141,26 +141,22 @@ def _has_matplotlib() -> bool:
 
 
 def run_tasks(tasks, timeout_s: float, budget_s: float, out=None) -> tuple[list, list]:
-    """Each task in its own worker, in order, under the live view; rows not started within the
+    """Each task in its own worker, in order, under the live view; tasks not started within the
     budget are skipped with the reason. Gives (rows, skipped)."""
     from .worker import run_in_subprocess
 
-    progress = report.Progress(len(tasks), out)
+    progress = report.Progress(sum(t.rows for t in tasks), out)
     rows, skipped, start = [], [], time.perf_counter()
     for task in tasks:
         left = budget_s - (time.perf_counter() - start) if budget_s else float("inf")
         if left < 30:
-            skipped.append(
-                {
-                    "model": task.label,
-                    "reason": f"time budget of {budget_s:.0f} s used up (--budget-s)",
-                }
-            )
+            reason = f"time budget of {budget_s:.0f} s used up (--budget-s)"
+            skipped.append({"model": task.label, "reason": reason})
             continue
         progress.starting(task.label)
-        row = run_in_subprocess(task, min(timeout_s, left))
-        rows.append(row)
-        progress.finished(row)
+        for row in run_in_subprocess(task, min(timeout_s, left)):
+            rows.append(row)
+            progress.finished(row)
     progress.close()
     return rows, skipped
 

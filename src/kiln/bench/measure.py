@@ -27,6 +27,7 @@ How each figure is taken:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import logging
 import math
@@ -243,15 +244,17 @@ def _time_one(step: Callable, inputs: tuple, device: str) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def peak_memory(step: Step, inputs: tuple, device: str) -> int:
-    """Peak bytes over one steady-state call (see the module docstring for what is counted)."""
+def peak_memory(step: Step, inputs: tuple, device: str, other=None) -> int:
+    """Peak bytes over one steady-state call (see the module docstring for what is counted).
+    `other`: a module alive beside this one whose bytes CUDA's counter would include."""
     gc.collect()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         step(inputs)
         torch.cuda.synchronize()
-        return int(torch.cuda.max_memory_allocated())
+        extra = _resident_bytes(other, ()) if other is not None else 0
+        return int(torch.cuda.max_memory_allocated()) - extra
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -271,9 +274,11 @@ def _resident_bytes(module: torch.nn.Module, inputs: tuple) -> int:
     return sum(storages.values())
 
 
-def run_task(task: Task, bench_model, compile_fn: Callable[[torch.nn.Module, str], Compiled]):
-    """Measure one row; failures become a row with `correct: False` and the error's text."""
-    row = base_row(task)
+def run_task(
+    task: Task, bench_model, compile_fn: Callable[[torch.nn.Module, str], Compiled]
+) -> list[dict]:
+    """Measure one row (and, with `task.with_eager`, eager's row first, from the same process);
+    failures become a row with `correct: False` and the error's text."""
     dtype = getattr(torch, task.dtype)
     model_e, example = bench_model.factory(task.device, dtype, task.size, task.seed)
     fresh = bench_model.inputs(task.device, dtype, task.size, task.seed + 1)
@@ -283,7 +288,8 @@ def run_task(task: Task, bench_model, compile_fn: Callable[[torch.nn.Module, str
     grads: dict = {}
     step_e = Step(model_e, model_e, task.train, grads)
     ref = [step_e.snapshot(step_e(example)), step_e.snapshot(step_e(fresh))]
-
+    eager = _eager_row(task, step_e, fresh, model_c) if task.with_eager else None
+    row = base_row(task)
     phase = "compile"
     try:
         _sync(task.device)
@@ -294,18 +300,7 @@ def run_task(task: Task, bench_model, compile_fn: Callable[[torch.nn.Module, str
         _sync(task.device)
         row["compile_s"] = None if task.compiler == "eager" else time.perf_counter() - t0
         phase = "check"
-        got = [first, step_c.snapshot(step_c(fresh))]
-        tol = TOLERANCES.get(dtype, 1e-3)
-        results = [compare(g, r, tol) for g, r in zip(got, ref)]
-        row["correct"] = all(ok for ok, _, _ in results)
-        row["max_err"] = max(err for _, err, _ in results)
-        bad = [
-            f"{which}: {why}"
-            for (ok, _, why), which in zip(results, ("example", "fresh"))
-            if not ok
-        ]
-        if bad:
-            row["error"] = "wrong result on " + "; ".join(bad)
+        _check(row, [first, step_c.snapshot(step_c(fresh))], ref, TOLERANCES.get(dtype, 1e-3))
         row["graphs"], row["graph_breaks"] = compiled.counts()
         row["break_reasons"] = [" ".join(r.split())[:300] for r in compiled.break_reasons()[:3]]
         phase = "timing"
@@ -319,12 +314,39 @@ def run_task(task: Task, bench_model, compile_fn: Callable[[torch.nn.Module, str
         row.update(
             median_ms=compiled_ms, eager_ms=eager_ms, speedup_vs_eager=eager_ms / compiled_ms
         )
+        if eager is not None:
+            eager.update(median_ms=eager_ms, eager_ms=eager_ms, speedup_vs_eager=1.0)
         phase = "memory"
-        del step_e, model_e, ref, first, got  # only what the compiled call needs stays live
+        step_e = model_e = ref = first = None  # free eager's copy: only the compiled one is live
         row["peak_mem_bytes"] = peak_memory(step_c, fresh, task.device)
     except Exception as exc:  # a compiler failing is a result to report, not a crash
         row["correct"] = row["correct"] if phase in ("timing", "memory") else False
         row["error"] = f"{phase}: {type(exc).__name__}: {exc}"[:2000]
+        if eager is not None and eager["median_ms"] is None and step_e is not None:
+            # the compiled model failed before the interleaved timing: time eager on its own
+            (eager_ms,) = interleaved_medians([step_e], fresh, task.device, task.timing_s)
+            eager.update(median_ms=eager_ms, eager_ms=eager_ms, speedup_vs_eager=1.0)
+    return [row] if eager is None else [eager, row]
+
+
+def _check(row: dict, got: list[dict], ref: list[dict], tol: float) -> None:
+    """Fill `correct`, `max_err` and (when wrong) `error` from snapshots against eager's."""
+    results = [compare(g, r, tol) for g, r in zip(got, ref)]
+    row["correct"] = all(ok for ok, _, _ in results)
+    row["max_err"] = max(err for _, err, _ in results)
+    bad = [
+        f"{which}: {why}" for (ok, _, why), which in zip(results, ("example", "fresh")) if not ok
+    ]
+    if bad:
+        row["error"] = "wrong result on " + "; ".join(bad)
+
+
+def _eager_row(task: Task, step_e: Step, inputs: tuple, other: torch.nn.Module) -> dict:
+    """Eager's own row, measured in a compiled row's process: eager is the reference (so it is
+    correct by definition), its time is the eager half of the interleaved timing."""
+    row = base_row(dataclasses.replace(task, compiler="eager", mode="default"))
+    row.update(correct=True, max_err=0.0, graphs=0, graph_breaks=0)
+    row["peak_mem_bytes"] = peak_memory(step_e, inputs, task.device, other)
     return row
 
 

@@ -1,15 +1,17 @@
-"""One benchmark row in a fresh process: the runner's side (`run_in_subprocess`) and the worker's
-(`python -m kiln.bench.worker TASK_JSON RESULT_PATH`).
+"""One benchmark task in a fresh process: the runner's side (`run_in_subprocess`) and the
+worker's (`python -m kiln.bench.worker TASK_JSON RESULT_PATH`).
 
-Takes a `Task`; gives its result row. Each row runs in a new Python process whose kiln, Inductor
-and Triton caches point into a new, empty temporary folder (`KILN_CACHE_DIR`,
-`TORCHINDUCTOR_CACHE_DIR`, `TRITON_CACHE_DIR`), so the compile time measured is a cold one and no
-row's compiled code or process state leaks into another's. A worker that crashes or runs past
-its time limit becomes a row saying so, with the tail of its stderr.
+Takes a `Task`; gives its result rows: the compiled model's, preceded by eager's when the task
+carries it (suite.make_tasks). Each task runs in a new Python process whose kiln, Inductor and
+Triton caches point into a new, empty temporary folder (`KILN_CACHE_DIR`,
+`TORCHINDUCTOR_CACHE_DIR`, `TRITON_CACHE_DIR`), so the compile time measured is a cold one and
+no task's compiled code or process state leaks into another's. A worker that crashes or runs
+past its time limit becomes rows saying so, with the tail of its stderr.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -36,10 +38,8 @@ def fresh_cache_env(root: str) -> dict[str, str]:
     return env
 
 
-def run_in_subprocess(task: Task, timeout_s: float) -> dict:
-    """Run `task` in a fresh worker process with fresh caches; always gives a row."""
-    from .measure import base_row
-
+def run_in_subprocess(task: Task, timeout_s: float) -> list[dict]:
+    """Run `task` in a fresh worker process with fresh caches; always gives its rows."""
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as root:
         result_path = os.path.join(root, "result.json")
         stderr_path = os.path.join(root, "stderr.txt")
@@ -56,16 +56,23 @@ def run_in_subprocess(task: Task, timeout_s: float) -> dict:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 _stop(proc)
-                row = base_row(task)
-                row["error"] = f"timed out after {timeout_s:.0f} s (worker stopped)"
-                return row
+                return failed_rows(
+                    task, f"timed out after {timeout_s:.0f} s (worker stopped)", None
+                )
         if rc == 0 and os.path.exists(result_path):
             with open(result_path) as f:
                 return json.load(f)
-        row = base_row(task)
-        row["correct"] = False
-        row["error"] = f"worker exited with status {rc}: {_tail(stderr_path)}"
-        return row
+        return failed_rows(task, f"worker exited with status {rc}: {_tail(stderr_path)}", False)
+
+
+def failed_rows(task: Task, error: str, correct: bool | None) -> list[dict]:
+    """The rows of a task that gave no result (eager's first, when the task owed it)."""
+    from .measure import base_row
+
+    tasks = [task]
+    if task.with_eager:
+        tasks.insert(0, dataclasses.replace(task, compiler="eager", mode="default"))
+    return [{**base_row(t), "correct": correct, "error": error} for t in tasks]
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -96,7 +103,7 @@ def json_safe(row: dict) -> dict:
 def main(argv: list[str]) -> int:
     task = Task(**json.loads(argv[0]))
     result_path = argv[1]
-    from .measure import COMPILERS, base_row, run_task
+    from .measure import COMPILERS, run_task
     from .suite import load_models
 
     if task.threads:
@@ -106,15 +113,14 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     try:
         bench_model = load_models(task.models_dir)[task.model]
-        row = run_task(task, bench_model, COMPILERS[task.compiler])
+        rows = run_task(task, bench_model, COMPILERS[task.compiler])
     except Exception as exc:  # the model itself failed to build or run eagerly
-        row = base_row(task)
-        row["correct"] = False
-        row["error"] = f"eager: {type(exc).__name__}: {exc}"[:2000]
-    row["worker_s"] = time.perf_counter() - t0
+        rows = failed_rows(task, f"eager: {type(exc).__name__}: {exc}"[:2000], False)
+    for row in rows:
+        row["worker_s"] = time.perf_counter() - t0
     tmp = result_path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(json_safe(row), f)
+        json.dump([json_safe(row) for row in rows], f)
     os.replace(tmp, result_path)
     return 0
 
