@@ -133,8 +133,10 @@ BOOL_OVERRIDES: dict[str, str] = {
     "pow": "(({0} != 0) | ({1} == 0))",
 }
 # Conversions: to bool is a comparison; to a half type rounds and stays float32 (compute type).
+# bfloat16 rounds (to nearest even) with integer ops, `_round_bf16`: the GPU's own conversion
+# does the same, but Triton's interpreter truncates, so the tests would not see what runs.
 TO_BOOL = "({0} != 0)"
-TO_HALF = "{0}.to({T}).to(tl.float32)"
+TO_HALF = {torch.float16: "{0}.to(tl.float16).to(tl.float32)", torch.bfloat16: "_round_bf16({0})"}
 
 _missing = set(OPS) - set(OP_TEMPLATES)
 assert not _missing, f"Triton renderer lacks loop-IR ops: {sorted(_missing)}"
@@ -146,13 +148,20 @@ def op_template(op: str, arg_dtype: torch.dtype, out_dtype: torch.dtype) -> str:
         if out_dtype == torch.bool:
             return TO_BOOL
         if out_dtype in HALF_TYPES:
-            return TO_HALF
+            return TO_HALF[out_dtype]
         return OP_TEMPLATES["to"]
     if arg_dtype == torch.bool and op in BOOL_OVERRIDES:
         return BOOL_OVERRIDES[op]
     if not arg_dtype.is_floating_point and op in INT_OVERRIDES:
         return INT_OVERRIDES[op]
     return OP_TEMPLATES[op]
+
+
+def store_cast(dtype: torch.dtype) -> str:
+    """Template of the conversion of a computed value `{0}` to the storage type `dtype`."""
+    if dtype == torch.bfloat16:
+        return "_round_bf16({0}).to(tl.bfloat16)"
+    return "{0}.to(%s)" % TL_TYPES[dtype]
 
 
 def compute_tl(dtype: torch.dtype) -> str:
@@ -223,6 +232,15 @@ PRELUDE = """
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
+
+
+@triton.jit
+def _round_bf16(x):
+    # float32 -> the nearest bfloat16 (ties to even), kept in float32; NaN stays NaN
+    u = x.to(tl.uint32, bitcast=True)
+    u = u + 0x7FFF + ((u >> 16) & 1)
+    r = ((u >> 16) << 16).to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, r)
 
 
 @triton.jit

@@ -42,6 +42,7 @@ from .ops import (
     op_template,
     reduce_identity,
     render_const,
+    store_cast,
 )
 
 
@@ -115,7 +116,9 @@ class _KernelContext:
                 args = [names[a] for a in e.args]
                 arg_dtype = e.args[1].dtype if e.op == "where" else e.args[0].dtype
                 tpl = op_template(e.op, arg_dtype, e.dtype)
-                text = tpl.format(*args, T=compute_tl(e.dtype), bits=BITS.get(e.dtype, 64))
+                text = tpl.format(
+                    *args, T=compute_tl(e.dtype), H=TL_TYPES[e.dtype], bits=BITS.get(e.dtype, 64)
+                )
                 names[e] = self.assign(text)
         return names[expr]
 
@@ -139,7 +142,7 @@ class _KernelContext:
     def rounded(self, var: str, dtype: torch.dtype) -> str:
         """A member's value as a reader sees it: rounded to its storage type if half."""
         if dtype in HALF_TYPES:
-            return self.assign(f"{var}.to({TL_TYPES[dtype]}).to(tl.float32)")
+            return self.assign(op_template("to", torch.float32, dtype).format(var))
         return var
 
     def store(self, node, var: str, groups) -> None:
@@ -149,7 +152,9 @@ class _KernelContext:
         mask = mask_for(pos, self.masked)
         extra = f", mask={mask}" if mask else ""
         ptr = self.param(node.name, True)
-        self.line(f"tl.store({ptr} + ({tl_str(pos)}), {var}.to({TL_TYPES[node.dtype]}){extra})")
+        # a single element still needs a block pointer when its value is a block
+        where = tl_str(pos) if pos.free_symbols else f"{tl_str(pos)} + 0*xindex"
+        self.line(f"tl.store({ptr} + ({where}), {store_cast(node.dtype).format(var)}{extra})")
 
 
 # -- member groups: how a member's loop variables come from the block indices ----------------
