@@ -1,0 +1,138 @@
+"""The Triton path on a real GPU: CUDA tensors through `kiln.codegen.compile_graph` and
+`kiln.compile`, compared with eager. Marked `gpu` (deselected by default); run on the GPU
+machine with
+
+    PYTHONPATH=src python3 -m pytest -m gpu tests/codegen/triton
+
+(conftest.py leaves `TRITON_INTERPRET` unset for such a run, so kernels are compiled for the
+GPU). Each test skips, saying why, without CUDA or Triton.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+from tr_helpers import TRITON_PROBLEM, check, kernel_count
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _gpu():
+    if TRITON_PROBLEM:
+        pytest.skip(TRITON_PROBLEM)
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from kiln.runtime.triton_interpret import is_interpreting
+
+    if is_interpreting():
+        pytest.skip("TRITON_INTERPRET is set; GPU tests compile for the GPU (run with -m gpu)")
+
+
+def cuda(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device="cuda").to(dtype)
+
+
+def test_registry_sends_cuda_graphs_to_triton():
+    from kiln.codegen import compile_graph
+    from kiln.codegen.triton import TritonCompiledGraph
+
+    def fn(x, y):
+        return (torch.relu(x * y + 1).exp(),)
+
+    x, y = cuda(1000), cuda(1000)
+    compiled = compile_graph(make_fx(fn)(x, y), [x, y])
+    assert isinstance(compiled, TritonCompiledGraph)
+    out = compiled(x, y)
+    assert out[0].device.type == "cuda"
+    torch.testing.assert_close(out[0], fn(x, y)[0])
+
+
+def test_pointwise_chain_one_kernel_large():
+    def fn(x, y):
+        return (((x * y + 1.5).sin() * 2 - y).exp().sqrt(),)
+
+    c = check(fn, cuda(1 << 22), cuda(1 << 22))
+    assert kernel_count(c) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_softmax_layer_norm(dtype):
+    def fn(x, w, b):
+        s = torch.softmax(x, -1)
+        return s, F.layer_norm(s, (x.shape[-1],), w, b), torch.log_softmax(x, 0)
+
+    check(fn, cuda(512, 2048, dtype=dtype), cuda(2048, dtype=dtype), cuda(2048, dtype=dtype))
+    check(fn, cuda(8, 10000, dtype=dtype), cuda(10000, dtype=dtype), cuda(10000, dtype=dtype))
+
+
+def test_reductions_and_integers():
+    def fn(x, i):
+        return (
+            x.sum(),
+            x.sum(0),
+            x.amax(1),
+            x.argmax(1),
+            x.var(1),
+            (i * 3 // 2).sum(1),
+            torch.remainder(i, 7),
+            (x > 0).any(1),
+        )
+
+    check(fn, cuda(300, 257), torch.randint(-100, 100, (300, 257), device="cuda"))
+
+
+def test_transposes_and_views():
+    def fn(x):
+        return x.t() * 2, x.permute(1, 0).contiguous() + 1, x[::2, 1:].exp(), x.reshape(-1, 64)
+
+    check(fn, cuda(1024, 768))
+
+
+def test_math_through_libdevice():
+    def fn(x):
+        return torch.expm1(x), torch.lgamma(x.abs() + 1), torch.atan2(x, x + 1), x.round()
+
+    check(fn, cuda(4096))
+
+
+def test_matmul_extern_with_epilogue_bf16():
+    def fn(a, b, bias):
+        return (F.gelu(a @ b + bias),)
+
+    check(
+        fn,
+        cuda(256, 512, dtype=torch.bfloat16),
+        cuda(512, 128, dtype=torch.bfloat16),
+        cuda(128, dtype=torch.bfloat16),
+    )
+
+
+def test_parallel_compile_warms_kernels():
+    from kiln.runtime import triton_builder
+
+    def fn(x, y):
+        a = torch.softmax(x, -1)
+        b = (x.t() + 1) * 3
+        c = (y.sum(0) + 1).exp()
+        d = F.layer_norm(x, (x.shape[1],))
+        return a, b, c, d
+
+    before = triton_builder.STATS["warmed"]
+    c = check(fn, cuda(128, 96), cuda(64, 33))
+    assert kernel_count(c) >= triton_builder.PARALLEL_MIN_KERNELS
+    assert triton_builder.STATS["warmed"] > before
+
+
+def test_kiln_compile_module_on_cuda():
+    import kiln
+
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128), torch.nn.Linear(128, 8)
+    ).cuda()
+    compiled = kiln.compile(model)
+    x = cuda(32, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
