@@ -121,3 +121,19 @@ def test_extern_breaks_fusion_but_epilogue_fuses_with_consumer():
     s = _schedule(fn, torch.randn(8, 8), torch.randn(8, 8))
     assert isinstance([st for st in s.steps if isinstance(st, (Kernel, ExternCall))][0], ExternCall)
     assert len(s.kernels) == 1
+
+
+def test_kernel_never_moves_before_a_tuple_extern_it_reads():
+    # Two independent samples, each a tuple-returning extern call and a pointwise consumer of
+    # its items: the second consumer must not join the first kernel, which runs before the
+    # second extern call (the wrapper raised UnboundLocalError for logdet, ctc_loss, ...).
+    def fn(a, b):
+        va, ia = torch.sort(a, -1)
+        ra = va * 2 + ia
+        vb, ib = torch.sort(b, -1)
+        return ra, vb * 3 - ib
+
+    s = _schedule(fn, torch.randn(4, 16), torch.randn(4, 16))
+    order = [type(st).__name__ for st in s.steps if isinstance(st, (Kernel, ExternCall))]
+    assert order == ["ExternCall", "Kernel", "ExternCall", "Kernel"], order
+    check(fn, torch.randn(4, 16), torch.randn(4, 16))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from .. import logs
 from ..lower.indexing import index_vars, reduce_vars
-from ..lower.ir import Extern, Load, LoopGraph, Pointwise, Reduction, loads
+from ..lower.ir import Extern, ExternItem, Load, LoopGraph, Pointwise, Reduction, loads
 from .fuel import Fuel
 
 # A pointwise kernel of its own splits so that each row has at least this many elements.
@@ -164,6 +164,9 @@ def fuse(graph: LoopGraph, fuel: Fuel) -> tuple:
         if isinstance(node, Extern):
             steps.append(ExternCall(node.name))
             where[node.name] = len(steps) - 1
+            continue
+        if isinstance(node, ExternItem):  # an output of a tuple-returning call: ready with it
+            where[node.name] = where[node.base]
             continue
         if not isinstance(node, (Pointwise, Reduction)):
             continue

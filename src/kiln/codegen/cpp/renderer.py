@@ -137,7 +137,8 @@ def _reduction(k: _KernelContext, node: Reduction, lines: list[str], ind: str) -
     if simd:
         lines.append(f"{ind}#pragma omp simd reduction(+:{acc})")
     elif nan_flag:
-        lines.append(f"{ind}bool {acc}_nan = false;")
+        # An int flag, not a bool: GCC 12 cannot vectorize an `omp simd` reduction of bools.
+        lines.append(f"{ind}int {acc}_nan = 0;")
         lines.append(
             f"{ind}#pragma omp simd reduction({node.reduce_type}:{acc}) reduction(|:{acc}_nan)"
         )
