@@ -32,7 +32,7 @@ def handle(cf, tracer, brk: GraphBreakAt) -> Any:
     root = getattr(cf, "root_cf", cf)
     root.breaks.append((brk.reason, brk.where, brk.hint))
     logs.once(
-        f"break:{brk.where}:{brk.reason}",
+        f"break:{id(root)}:{brk.where}:{brk.reason}",
         "graph_breaks",
         f"graph break in {root.label}\n  at {brk.where}\n  reason: {brk.reason}"
         + (f"\n  hint: {brk.hint}" if brk.hint else ""),
@@ -146,11 +146,17 @@ def _make_continuation_class():
             )
             self.root_cf = root
             self.specs = specs
+            self.result_slot = nvalues - 1 if specs[-1].stack_nulls[-1:] == (False,) else -1
 
         def _run_root(self, tracer, interp, args, kwargs):
-            for i, v in enumerate(args):
-                tracer.track(v, LocalSource(f"___v{i}"))
-            frames = build_frames(tracer, self.specs, list(args))
+            values = list(args)
+            for i, v in enumerate(values):
+                src = LocalSource(f"___v{i}")
+                if i == self.result_slot:
+                    values[i] = tracer.symbolic_value(v, src)  # t.item(), t.tolist(): by use
+                else:
+                    tracer.track(v, src)
+            frames = build_frames(tracer, self.specs, values)
             interp.root_frame = frames[0]
             interp.root_resumable = True
             return resume_chain(interp, frames)

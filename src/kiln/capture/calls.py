@@ -23,6 +23,8 @@ import torch
 from . import guards as G
 from . import module_tree
 from .sources import AttrSource, ConstSource, GlobalSource
+from .symbolic import _Sym
+from .symbolic import plain as sym_plain
 
 # Python functions run natively rather than inlined: torch APIs that dispatch through
 # __torch_function__ (the recording mode sees them as one call) and pure library helpers.
@@ -170,6 +172,11 @@ BUILTIN_TYPES = (
     types.ClassMethodDescriptorType,
 )
 
+# Tensor methods some torch versions run without __torch_function__: checked here as well.
+DATA_METHODS = {"item", "tolist", "numpy", "data_ptr", "__bool__", "__int__", "__float__"}
+# Calls into these modules are graph breaks (their effects are outside the program's values).
+BREAK_MODULES = ("logging",)
+
 _disabled: set[int] = set()
 _allow_in_graph: set[int] = set()
 
@@ -295,6 +302,16 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
                 f"{fn.__qualname__} is kiln.disable'd",
                 "the call runs eagerly; the rest of the function is compiled separately",
             )
+        if (fn.__module__ or "").split(".", 1)[0] in BREAK_MODULES:
+            return _break_and_run(
+                interp,
+                fn,
+                args,
+                kwargs,
+                f"call to {_describe(fn)} (logging)",
+                "logging runs eagerly between graphs; to avoid the break, log "
+                "outside the compiled function",
+            )
         compiled = getattr(fn, "_kiln_compiled", None)
         if compiled is not None:
             return interp_call(interp, compiled.root_callable, args, kwargs, site)
@@ -389,6 +406,11 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
     if isinstance(owner, (str, bytes, tuple, int, float, frozenset, range, slice, torch.Size)):
         return fn(*args, **kwargs)
     if isinstance(owner, torch.Tensor):
+        if name in DATA_METHODS:
+            tracer.graph_break(
+                f"Tensor.{name}() reads a Python value out of a tensor's data",
+                "keep the value as a tensor, or move this code out of the compiled function",
+            )
         return native_call(interp, fn, args, kwargs)
     mod = getattr(fn, "__module__", None) or getattr(type(owner), "__module__", "") or ""
     if _hashable(fn) and fn in PURE_BUILTINS or mod in PURE_MODULES:
@@ -483,7 +505,10 @@ def _materialize(interp, fn, args: tuple) -> tuple:
 
 def _trampolines(interp, args: tuple) -> tuple:
     """Python functions handed to native builtins (sorted's key, map's function) still run on
-    kiln's interpreter, so what they read is guarded."""
+    kiln's interpreter, so what they read is guarded; symbolic numbers are specialized, since
+    native code reads their value unseen."""
+    if any(isinstance(a, _Sym) for a in args):
+        args = tuple(sym_plain(a) for a in args)
     if not any(type(a) is types.FunctionType or type(a) is types.MethodType for a in args):
         return args
     out = []

@@ -414,7 +414,9 @@ def op_binary_subscr(interp, frame, inst):
 
 def subscript(interp, container, key):
     from .calls import interp_call, python_dunder
+    from .symbolic import plain
 
+    key = plain(key)
     fn = python_dunder(container, "__getitem__")
     if fn is not None:
         return interp_call(interp, fn, (container, key), {})

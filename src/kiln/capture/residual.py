@@ -20,6 +20,7 @@ import torch.fx as fx
 
 from .guards import CONSTANT_TYPES
 from .sources import Namer
+from .symbolic import _Sym
 
 MISS = type("Miss", (), {"__repr__": lambda self: "MISS"})()
 
@@ -69,6 +70,11 @@ class Rebuilder:
                 return src.expr(self.namer)
             if node.op == "get_attr":
                 return self.namer.const(value)
+            return self.output_of(node)
+        if isinstance(value, _Sym):
+            node = value._node
+            if node.op == "placeholder":
+                return tracer.source_of_node(node).expr(self.namer)
             return self.output_of(node)
         if value is None or type(value) in (bool, int, str):
             return repr(value)
@@ -124,14 +130,21 @@ class Rebuilder:
                 f"({self.expr(k, depth + 1)}, {self.expr(v, depth + 1)})" for k, v in value.items()
             )
             return f"{self.namer.const(t)}([{items}])"
-        if isinstance(value, (types.FunctionType, types.MethodType)):
-            if (
-                isinstance(value, types.FunctionType)
-                and not value.__closure__
-                and id(value) not in {id(k) for k in tracer.keepalive}
-            ):
+        if isinstance(value, types.MethodType):
+            return f"getattr({self.expr(value.__self__, depth + 1)}, {value.__func__.__name__!r})"
+        if isinstance(value, types.BuiltinMethodType) and not isinstance(
+            value.__self__, types.ModuleType
+        ):
+            return f"getattr({self.expr(value.__self__, depth + 1)}, {value.__name__!r})"
+        if isinstance(value, types.FunctionType):
+            if id(value) not in tracer.inner_functions:
                 return self.namer.const(value)
+            if not value.__closure__ and not value.__defaults__ and not value.__kwdefaults__:
+                code = self.namer.const(value.__code__, "code")  # e.g. a 3.11 comprehension
+                return f"___function({code}, {self.namer.const(value.__globals__, 'g')})"
             raise NotRebuildable(f"a function created inside the compiled frame ({value!r:.60})")
+        if t.__module__ == "builtins" and hasattr(value, "__next__"):
+            return self._iterator(value, depth)
         if isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType)):
             return self.namer.const(value)
         if isinstance(value, torch.nn.Module):
@@ -304,6 +317,7 @@ def build_entry(
     scope["___MISS"] = MISS
     scope["___rebuild_object"] = rebuild_object
     scope["___from_reduce"] = from_reduce
+    scope["___function"] = types.FunctionType
     code = compile(source, f"<kiln entry {name}>", "exec")
     exec(code, scope)
     fn = scope[name]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import operator
 import re
+import types
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,8 @@ from . import guards as G
 from .errors import FullgraphBreak
 from .side_effects import SideEffects
 from .sources import AttrSource, ConstSource, Source
+from .symbolic import _Sym
+from .symbolic import make as make_sym
 from .torch_calls import classify_torch_call, node_target
 
 _TENSOR_META_NAMES = {"requires_grad"}
@@ -141,6 +144,16 @@ class Tracer:
             isinstance(v, G.CONSTANT_TYPES) for v in value
         ):
             self.guards.add(G.constant_guard(source, value))
+        elif type(value) is types.FunctionType and not value.__closure__:
+            # functions made by `def`/lambda/comprehensions are new objects on every call:
+            # what matters is the code they run (and their defaults, guarded as values)
+            self.guards.add(G.type_guard(source, value))
+            self.guards.add(G.id_guard(AttrSource(source, "__code__"), value.__code__))
+            self.track(value.__defaults__, AttrSource(source, "__defaults__"), depth + 1)
+        elif isinstance(value, types.MethodType):  # a fresh object per access: guard its parts
+            self.guards.add(G.type_guard(source, value))
+            self.guards.add(G.id_guard(AttrSource(source, "__func__"), value.__func__))
+            self.track(value.__self__, AttrSource(source, "__self__"), depth + 1)
         elif _identity_matters(value):
             if not isinstance(source, ConstSource):
                 self.guards.add(G.id_guard(source, value))
@@ -173,6 +186,37 @@ class Tracer:
         self.tensor_nodes[id(t)] = node
         self.placeholders.append((source, t, node))
         self.guards.add(G.tensor_guard(source, t))
+
+    def symbolic_value(self, value, source: Source, depth: int = 0):
+        """Numbers (also inside plain lists/tuples, as `t.tolist()` gives) become symbolic
+        inputs; anything else is tracked as usual."""
+        if type(value) in (int, float):
+            return self.symbolic_scalar(value, source)
+        if type(value) in (list, tuple) and depth < 3 and len(value) <= 4096:
+            self.guards.add(G.len_guard(source, value))
+            items = [
+                self.symbolic_value(v, _item(source, i), depth + 1) for i, v in enumerate(value)
+            ]
+            return items if type(value) is list else tuple(items)
+        self.track(value, source)
+        return value
+
+    def symbolic_scalar(self, value, source: Source):
+        """A Python number input that stays symbolic: a graph input guarded only by use."""
+        name = self._fresh(_sanitize(source.describe()))
+        anchor = self._first_op
+        if anchor is None:
+            node = self.graph.placeholder(name)
+        else:
+            with self.graph.inserting_before(anchor):
+                node = self.graph.placeholder(name)
+        node.meta["example_value"] = value
+        node.meta["source"] = source.describe()
+        self.placeholders.append((source, value, node))
+        self.guards.add(G.type_guard(source, value))
+        from .sources import Namer
+
+        return make_sym(self, value, node, source.expr(Namer()))
 
     def _fresh(self, base: str) -> str:
         name, k = base, 1
@@ -223,6 +267,8 @@ class Tracer:
         return out
 
     def _as_arg(self, value):
+        if isinstance(value, _Sym):
+            return value._node
         if isinstance(value, torch.Tensor):
             node = self.tensor_nodes.get(id(value))
             if node is None:
@@ -262,6 +308,9 @@ class Tracer:
                 if isinstance(item, torch.Tensor):
                     sub = self.graph.call_function(operator.getitem, (node, i))
                     self._bind_outputs(item, sub)
+
+    def source_of_node(self, node: fx.Node) -> Source:
+        return next(src for src, _, n in self.placeholders if n is node)
 
     def node_of(self, t: torch.Tensor) -> fx.Node:
         return self._as_arg(t)
