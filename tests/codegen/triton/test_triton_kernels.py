@@ -64,6 +64,9 @@ def test_integer_and_bool_math():
             m.logical_not(),
             a.max(),
             (a * 2).sum(1),
+            torch.pow(a, b.abs()),
+            a << 2,
+            a >> 1,
         )
 
     check(fn, torch.randint(-50, 50, (6, 7)), torch.randint(-5, 5, (6, 7)), torch.rand(6, 7) > 0.5)
@@ -92,6 +95,13 @@ def test_reductions():
         )
 
     check(fn, torch.randn(3, 37, 5))
+
+
+def test_empty_reductions_and_tensors():
+    def fn(x, e):
+        return x.sum(1), x.amax(0), x.prod(1), e * 2
+
+    check(fn, torch.randn(3, 0), torch.randn(0, 4))
 
 
 def test_looped_reductions_long_rows():

@@ -350,9 +350,10 @@ def _fmod_i(a, b):
 
 @triton.jit
 def _pow_i(a, b):
-    result = tl.full(a.shape, 1, a.dtype) + a * 0
-    base = a
-    e = tl.where(b < 0, 0, b)
+    # every loop-carried value has the broadcast shape of (a, b) from the start
+    base = a + b * 0
+    result = base * 0 + 1
+    e = tl.where(b < 0, 0, b) + a * 0
     for _ in range(64):
         result = tl.where((e & 1) != 0, result * base, result)
         base = base * base

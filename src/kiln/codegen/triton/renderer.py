@@ -306,7 +306,7 @@ def _masked_blocks(p: Plan) -> set:
         out.add(XINDEX)
     if p.kind == "tiled" and p.ynumel % p.YBLOCK:
         out.add(YINDEX)
-    if p.kind in ("persistent", "looped") and p.rnumel % p.RBLOCK:
+    if p.kind in ("persistent", "looped") and (p.rnumel % p.RBLOCK or p.rnumel == 0):
         out.add(RINDEX)
     return out
 
@@ -352,8 +352,12 @@ def render_kernel(kernel: Kernel, nodes: dict) -> TritonKernel:
     return TritonKernel(kernel.name, params, p, "\n".join(lines))
 
 
+def _writes_nothing(kernel: Kernel, nodes: dict) -> bool:
+    return all(any(int(d) == 0 for d in nodes[m.name].size) for m in kernel.members)
+
+
 def render_module(sched: Schedule) -> TritonModule:
     nodes = sched.graph.node_map()
-    kernels = tuple(render_kernel(k, nodes) for k in sched.kernels if k.outer * k.inner > 0)
+    kernels = tuple(render_kernel(k, nodes) for k in sched.kernels if not _writes_nothing(k, nodes))
     source = PRELUDE + "\n\n" + "\n\n\n".join(k.source for k in kernels) + "\n"
     return TritonModule(kernels, source)
