@@ -182,3 +182,26 @@ def test_output_code_log_prints_wrapper_and_kernels():
     (text,) = records
     assert c.wrapper_source in text and 'extern "C" void kernel0' in text
     assert "def call(arg0):" in text and "kernel0(arg0.data_ptr()" in text
+
+
+def test_extern_output_with_a_storage_offset_is_read_at_its_first_element():
+    # `split` returns views into one buffer at storage offsets 0, 32, 64; the kernel reading
+    # the middle one gets its data_ptr(), which already includes the offset (nanoGPT's qkv).
+    # Traced with fake tensors, as AOT autograd does: their metadata carries the offsets.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x, w):
+        q, k, v = (x @ w).split(32, dim=-1)
+        return k * 2 + 1, (v - q).relu()
+
+    x, w = torch.randn(3, 16, 32), torch.randn(32, 96)
+    gm = make_fx(fn, tracing_mode="fake")(x, w)
+    vals = [n.meta["val"] for n in gm.graph.nodes if n.op == "call_function"]
+    offsets = [
+        t.storage_offset() for v in vals for t in (v if isinstance(v, (list, tuple)) else [v])
+    ]
+    assert 32 in offsets and 64 in offsets  # the case this test is about
+    compiled = compile_graph_strict(gm, [x, w])
+    for args in ((x, w), (fresh_like(x), fresh_like(w))):
+        for got, expected in zip(compiled(*args), fn(*args)):
+            torch.testing.assert_close(got, expected)

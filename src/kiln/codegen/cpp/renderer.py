@@ -102,7 +102,9 @@ class _KernelContext:
             return self.values[ld.buf]
         node = self.nodes[ld.buf]
         lay = node.layout
-        index = sympy.expand(lay.offset + linearize(ld.index, lay.stride))
+        # No `lay.offset` here: the wrapper passes `data_ptr()`, which already points at the
+        # tensor's first element (a split or a slice returned by an extern call has an offset).
+        index = sympy.expand(linearize(ld.index, lay.stride))
         return f"kiln::load({self.param(ld.buf)}[{sympy_str(index)}])"
 
 
