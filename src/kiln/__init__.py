@@ -10,6 +10,7 @@ from .api import (
     disable,
     is_compiling,
     list_backends,
+    mark_dynamic,
     reset,
 )
 from .backends.registry import register_backend
@@ -23,6 +24,7 @@ __all__ = [
     "disable",
     "is_compiling",
     "list_backends",
+    "mark_dynamic",
     "register_backend",
     "reset",
     "set_logs",

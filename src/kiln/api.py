@@ -141,6 +141,20 @@ def allow_in_graph(fn: Callable) -> Callable:
     return frontend.mark_allow_in_graph(fn)
 
 
+def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> None:
+    """Treat dimension(s) `dim` of `t` as dynamic: compiled once for any size there."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"kiln.mark_dynamic: expected a tensor, got {type(t).__name__}")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    for d in dims:
+        if not -t.dim() <= d < max(t.dim(), 1):
+            raise IndexError(
+                f"kiln.mark_dynamic: dimension {d} out of range for a {t.dim()}-d tensor"
+            )
+    existing = set(getattr(t, "_kiln_dynamic_dims", ()))
+    t._kiln_dynamic_dims = existing | {d % t.dim() for d in dims}
+
+
 def reset() -> None:
     """Drop every compiled entry, so the next call of each compiled function compiles again."""
     frontend.reset_all()

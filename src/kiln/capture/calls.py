@@ -664,6 +664,8 @@ def _print(interp, args, kwargs):
 
 
 def _len(interp, args, kwargs):
+    if len(args) == 1 and isinstance(args[0], torch.Tensor) and args[0].dim() > 0:
+        return args[0].shape[0]  # symbolic when the size is dynamic
     fn = python_dunder(args[0], "__len__") if len(args) == 1 else None
     if fn is not None:
         n = interp_call(interp, fn, (args[0],), {})

@@ -67,6 +67,8 @@ class CompiledFunction:
         self.eager_reason: str | None = None
         self.compiles = 0
         self.breaks: list[tuple[str, str, str]] = []  # (reason, where, hint), for explain
+        self.seen_shapes: dict[str, tuple] = {}  # input source -> sizes at the last trace
+        self.auto_dynamic: dict[str, set[int]] = {}  # dims seen to change (dynamic=None)
         self.continuations: dict = {}
         try:
             sig = signature or inspect.signature(signature_of)
@@ -139,6 +141,7 @@ class CompiledFunction:
         interp = Interpreter(tracer, self.root_globals)
         interp_holder.append(interp)
         tracer.interp = interp
+        tracer.dynamic_policy = self._dynamic_dims
         _state.depth = getattr(_state, "depth", 0) + 1
         try:
             with tracer.mode:
@@ -194,6 +197,28 @@ class CompiledFunction:
             interp.root_resumable = True
         return calls.interp_call(interp, root, args, kwargs)
 
+    def _dynamic_dims(self, source, t: torch.Tensor) -> set[int]:
+        """Which dimensions of an input tensor are symbolic in this trace.
+
+        dynamic=False: none. dynamic=True: all. dynamic=None (automatic): those marked with
+        kiln.mark_dynamic, plus those whose size differed from the previous trace's (they stay
+        dynamic from then on). Parameters and buffers (held sources) are always static."""
+        if self.opts.dynamic is False or isinstance(source, ConstSource):
+            return set()
+        dims = set(getattr(t, "_kiln_dynamic_dims", ()))
+        key = source.describe()
+        if self.opts.dynamic is True:
+            dims |= set(range(t.dim()))
+        else:
+            prev = self.seen_shapes.get(key)
+            if prev is not None and len(prev) == t.dim():
+                changed = {d for d in range(t.dim()) if prev[d] != t.size(d)}
+                if changed:
+                    self.auto_dynamic.setdefault(key, set()).update(changed)
+            dims |= self.auto_dynamic.get(key, set())
+        self.seen_shapes[key] = tuple(t.shape)
+        return dims
+
     def _give_up(self, reason: str, tracer) -> None:
         self.eager_reason = reason
         logs.log("graph_breaks", f"{self.label}: {reason}")
@@ -218,6 +243,9 @@ class CompiledFunction:
             n.op in ("call_function", "call_method", "call_module") for n in graph.nodes
         )
         inputs = [src.expr(namer) for src, _, _ in tracer.placeholders]
+        if tracer.dyn is not None:
+            for g in tracer.dyn.guards():
+                tracer.guards.add(g)
         compiled = None
         if has_compute:
             graph.output(tuple(rb.outputs))

@@ -137,6 +137,27 @@ def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
     return Guard(source, "TENSOR", check, {"t": type(t), "d": t.dtype, "dev": t.device}, text)
 
 
+def dynamic_tensor_guard(source: Source, t: torch.Tensor, dims: set[int]) -> Guard:
+    """Like tensor_guard, but dimensions in `dims` may take any size (their facts are the
+    shape environment's guards); strides are checked as a layout, not as numbers."""
+    n = t.dim()
+    static = " and ".join(f"{{s}}.size({d}) == {t.size(d)}" for d in range(n) if d not in dims)
+    layout = (
+        "{s}.is_contiguous()" if t.is_contiguous() else f"{{s}}.stride() == {tuple(t.stride())!r}"
+    )
+    check = (
+        "type({s}) is {t} and {s}.dtype is {d} and {s}.device == {dev} and "
+        f"{{s}}.dim() == {n} and {layout} and {{s}}.requires_grad is {t.requires_grad!r}"
+        + (f" and {static}" if static else "")
+    )
+    shape = [("*" if d in dims else t.size(d)) for d in range(n)]
+    text = (
+        f"{type(t).__name__}(dtype={t.dtype}, device={t.device}, shape={shape} "
+        f"(* = dynamic), requires_grad={t.requires_grad})"
+    )
+    return Guard(source, "TENSOR", check, {"t": type(t), "d": t.dtype, "dev": t.device}, text)
+
+
 def not_in_guard(source: Source, name: str) -> Guard:
     return Guard(source, "NOT_IN", f"{name!r} not in {{s}}", {}, f"has no {name!r} (a builtin)")
 

@@ -23,6 +23,7 @@ class _Sym:
     _tracer: Any
     _node: Any
     _expr: str
+    _fake: Any = None  # the torch.SymInt of the fake world, when sizes are symbolic
 
     def _plain(self):
         return float.__float__(self) if isinstance(self, float) else int.__int__(self)
@@ -36,11 +37,17 @@ class _Sym:
         return v
 
 
-def make(tracer, value, node, expr: str):
+def make(tracer, value, node, expr: str, fake=None):
     cls = SymFloat if isinstance(value, float) else SymInt
     obj = cls(value)
-    obj._tracer, obj._node, obj._expr = tracer, node, expr
+    obj._tracer, obj._node, obj._expr, obj._fake = tracer, node, expr, fake
     return obj
+
+
+def _fake_of(v):
+    if isinstance(v, _Sym):
+        return v._fake
+    return v
 
 
 def plain(value):
@@ -66,7 +73,9 @@ def _binary(op, sym_result=True, reflected=False):
             return result
         tracer = self._tracer
         node = tracer.graph.call_function(op, (an, bn))
-        return make(tracer, result, node, f"({ae} {_SYMBOL[op]} {be})")
+        fa, fb = _fake_of(a), _fake_of(b)
+        fake = op(fa, fb) if fa is not None and fb is not None else None
+        return make(tracer, result, node, f"({ae} {_SYMBOL[op]} {be})", fake)
 
     return method
 
@@ -134,7 +143,8 @@ def _install(cls, base):
 
     def _neg(self):
         node = self._tracer.graph.call_function(operator.neg, (self._node,))
-        return make(self._tracer, -self._plain(), node, f"(-{self._expr})")
+        fake = -self._fake if self._fake is not None else None
+        return make(self._tracer, -self._plain(), node, f"(-{self._expr})", fake)
 
     def _bool(self):
         result = bool(self._plain())

@@ -28,7 +28,7 @@ from .side_effects import SideEffects
 from .sources import AttrSource, ConstSource, Source
 from .symbolic import _Sym
 from .symbolic import make as make_sym
-from .torch_calls import classify_torch_call, node_target
+from .torch_calls import classify_torch_call, func_name, node_target
 
 _TENSOR_META_NAMES = {"requires_grad"}
 
@@ -68,6 +68,9 @@ class Tracer:
         self.inner_functions: set[int] = set()
         self.created_objects: set[int] = set()  # user-class instances made during the trace
         self.interp = None  # set by the frontend; consulted to decide if a break can resume
+        self.dynamic_policy = None  # (source, tensor) -> dims to make symbolic; set by frontend
+        self.dyn = None  # DynamicShapes, created by the first dynamic input
+        self._size_nodes: dict[tuple[int, int], fx.Node] = {}
         self.mutated_attrs: set[tuple[int, str]] = set()
         self.mutated_objs: set[int] = set()
         self._names: set[str] = set()
@@ -181,11 +184,20 @@ class Tracer:
         else:
             with self.graph.inserting_before(anchor):
                 node = self.graph.placeholder(name)
-        node.meta["example_value"] = _meta(t)
         node.meta["source"] = source.describe()
         self.tensor_nodes[id(t)] = node
         self.placeholders.append((source, t, node))
-        self.guards.add(G.tensor_guard(source, t))
+        dims = set(self.dynamic_policy(source, t)) if self.dynamic_policy else set()
+        if dims:
+            if self.dyn is None:
+                from .dynamic import DynamicShapes
+
+                self.dyn = DynamicShapes()
+            node.meta["example_value"] = self.dyn.fake_input(t, source, dims)
+            self.guards.add(G.dynamic_tensor_guard(source, t, dims))
+        else:
+            node.meta["example_value"] = self.dyn.fake_of(t) if self.dyn else _meta(t)
+            self.guards.add(G.tensor_guard(source, t))
 
     def symbolic_value(self, value, source: Source, depth: int = 0):
         """Numbers (also inside plain lists/tuples, as `t.tolist()` gives) become symbolic
@@ -231,6 +243,10 @@ class Tracer:
             return func(*args, **kwargs)
         kind, name = classify_torch_call(func)
         if kind == "metadata":
+            if self.dyn is not None and args and isinstance(args[0], torch.Tensor):
+                sym = self._symbolic_metadata(func_name(func)[0], args, kwargs)
+                if sym is not None:
+                    return sym
             return func(*args, **kwargs)
         if kind == "iter":  # `for row in x`: iterate a recorded unbind, not an opaque iterator
             return iter(self.on_torch_call(torch.Tensor.unbind, (args[0],), {}))
@@ -259,6 +275,16 @@ class Tracer:
                 "keep the value as a tensor, or move this code out of the compiled function",
             )
             return out
+        if self.dyn is not None:
+            try:
+                self.dyn.propagate(func, args, kwargs, out)
+            except Exception as e:  # noqa: BLE001 - the reason is reported
+                self.graph_break(
+                    f"{name} could not run with symbolic sizes ({type(e).__name__}: "
+                    f"{str(e)[:120]})",
+                    "mark fewer dimensions dynamic",
+                )
+                return out
         op, target, a, k = node_target(func, name, *node_args)
         node = self.graph.create_node(op, target, tuple(a), dict(k))
         if self._first_op is None:
@@ -269,6 +295,12 @@ class Tracer:
     def _as_arg(self, value):
         if isinstance(value, _Sym):
             return value._node
+        if isinstance(value, slice):
+            return slice(
+                self._as_arg(value.start), self._as_arg(value.stop), self._as_arg(value.step)
+            )
+        if type(value) is tuple and any(isinstance(v, (slice, _Sym)) for v in value):
+            return tuple(self._as_arg(v) for v in value)
         if isinstance(value, torch.Tensor):
             node = self.tensor_nodes.get(id(value))
             if node is None:
@@ -298,9 +330,44 @@ class Tracer:
         )
         return node
 
+    def _symbolic_metadata(self, name: str, args, kwargs):
+        """x.shape / x.size(d) / x.numel() / len(x) of a tensor with symbolic sizes."""
+        t = args[0]
+        fake = self.dyn.fakes.get(id(t))
+        if fake is None:
+            return None
+        if name in ("size", "shape"):
+            dim = args[1] if len(args) > 1 else kwargs.get("dim")
+            if dim is not None:
+                return self._sym_dim(t, fake, dim)
+            dims = [self._sym_dim(t, fake, d) for d in range(t.dim())]
+            return tuple(dims) if any(isinstance(d, _Sym) for d in dims) else t.shape
+        if name == "__len__" and t.dim() > 0:
+            return self._sym_dim(t, fake, 0)
+        if name == "numel":
+            n = fake.numel()
+            symbolic, expr = self.dyn.symbolic(n)
+            if symbolic:
+                node = self.graph.call_method("numel", (self.node_of(t),))
+                return make_sym(self, t.numel(), node, expr, n)
+        return None
+
+    def _sym_dim(self, t: torch.Tensor, fake, d: int):
+        d = d % t.dim() if t.dim() else d
+        size = fake.size(d)
+        symbolic, expr = self.dyn.symbolic(size)
+        if not symbolic:
+            return int(t.size(d))
+        key = (id(t), d)
+        node = self._size_nodes.get(key)
+        if node is None:
+            node = self._size_nodes[key] = self.graph.call_method("size", (self.node_of(t), d))
+        return make_sym(self, int(t.size(d)), node, expr, size)
+
     def _bind_outputs(self, out, node: fx.Node) -> None:
         if isinstance(out, torch.Tensor):
-            node.meta["example_value"] = _meta(out)
+            fake = self.dyn.fakes.get(id(out)) if self.dyn is not None else None
+            node.meta["example_value"] = fake if fake is not None else _meta(out)
             self.tensor_nodes[id(out)] = node
             self.keepalive.append(out)
         elif isinstance(out, (tuple, list)):
