@@ -155,6 +155,14 @@ def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> Non
     t._kiln_dynamic_dims = existing | {d % t.dim() for d in dims}
 
 
+def explain(fn: Callable, **compile_kwargs):
+    """`kiln.explain(fn)(*args)`: graphs, op counts, graph breaks with reasons, source lines
+    and hints, guards, and compiles of one call; printable."""
+    from .capture.explain import explain as _explain
+
+    return _explain(fn, **compile_kwargs)
+
+
 def reset() -> None:
     """Drop every compiled entry, so the next call of each compiled function compiles again."""
     frontend.reset_all()

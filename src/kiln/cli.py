@@ -11,6 +11,11 @@ import sys
 SUBCOMMANDS = {
     "demo": ("kiln.bench.cli", "demo_main", "compile a small model, check it, print the speedup"),
     "bench": ("kiln.bench.cli", "bench_main", "run the benchmark suite (kiln bench --help)"),
+    "explain": (
+        "kiln.capture.explain",
+        "explain_main",
+        "run a script; explain its graphs, breaks, guards (kiln explain script.py)",
+    ),
 }
 
 

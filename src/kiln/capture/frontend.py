@@ -43,6 +43,9 @@ _state = threading.local()
 _all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
 
 
+_explaining: list = []  # while `kiln explain` runs a script: every compiled callable, kept alive
+
+
 def is_tracing() -> bool:
     return getattr(_state, "depth", 0) > 0
 
@@ -67,6 +70,7 @@ class CompiledFunction:
         self.eager_reason: str | None = None
         self.compiles = 0
         self.breaks: list[tuple[str, str, str]] = []  # (reason, where, hint), for explain
+        self.graph_modules: list[fx.GraphModule] = []  # every graph this callable compiled
         self.seen_shapes: dict[str, tuple] = {}  # input source -> sizes at the last trace
         self.auto_dynamic: dict[str, set[int]] = {}  # dims seen to change (dynamic=None)
         self.continuations: dict = {}
@@ -82,6 +86,8 @@ class CompiledFunction:
         self.signature = sig
         self.params, self.forward_call, self.defaults, self.kwdefaults = signature_text(sig)
         _all_compiled.add(self)
+        if _explaining:
+            _explaining.append(self)
 
     @classmethod
     def for_callable(cls, fn: Callable, opts) -> "CompiledFunction":
@@ -255,6 +261,7 @@ class CompiledFunction:
                     setattr(root, name, t)
                 gm = fx.GraphModule(root, graph, class_name="KilnGraph")
             gm.meta["kiln_label"] = self.label
+            self.graph_modules.append(gm)
             logs.log("graph", lambda: f"graph of {self.label}:\n{gm.print_readable(False)}")
             example_inputs = [t for _, t, _ in tracer.placeholders]
             backend = lookup_backend(self.opts.backend)
