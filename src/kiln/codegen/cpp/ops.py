@@ -161,11 +161,20 @@ PRELUDE = r"""
 
 #if defined(__x86_64__) && defined(__GLIBC__)
 // glibc's libmvec has vector versions of these; declaring them lets `omp simd` loops call them.
+#define KILN_SIMD1(fn) \
+  __attribute__((__simd__("notinbranch"))) float fn##f(float) noexcept; \
+  __attribute__((__simd__("notinbranch"))) double fn(double) noexcept;
+#define KILN_SIMD2(fn) \
+  __attribute__((__simd__("notinbranch"))) float fn##f(float, float) noexcept; \
+  __attribute__((__simd__("notinbranch"))) double fn(double, double) noexcept;
 extern "C" {
-__attribute__((__simd__("notinbranch"))) float expf(float) noexcept;
-__attribute__((__simd__("notinbranch"))) float logf(float) noexcept;
-__attribute__((__simd__("notinbranch"))) double exp(double) noexcept;
-__attribute__((__simd__("notinbranch"))) double log(double) noexcept;
+KILN_SIMD1(exp) KILN_SIMD1(log) KILN_SIMD1(sin) KILN_SIMD1(cos) KILN_SIMD2(pow)
+#if __GLIBC_PREREQ(2, 35)  // the rest arrived in glibc 2.35
+KILN_SIMD1(tanh) KILN_SIMD1(erf) KILN_SIMD1(erfc) KILN_SIMD1(expm1) KILN_SIMD1(log1p)
+KILN_SIMD1(exp2) KILN_SIMD1(log2) KILN_SIMD1(log10) KILN_SIMD1(tan) KILN_SIMD1(sinh)
+KILN_SIMD1(cosh) KILN_SIMD1(asin) KILN_SIMD1(acos) KILN_SIMD1(atan) KILN_SIMD1(asinh)
+KILN_SIMD1(acosh) KILN_SIMD1(atanh) KILN_SIMD2(atan2) KILN_SIMD2(hypot)
+#endif
 }
 #endif
 
