@@ -20,7 +20,6 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_map
 
 from . import guards as G
 from .errors import FullgraphBreak
@@ -260,15 +259,16 @@ class Tracer:
         if kind == "unsupported":
             self.graph_break(f"{name} cannot be recorded in a graph ({_why(name)})")
             return func(*args, **kwargs)
-        flat, _ = tree_flatten((args, kwargs))
-        node_args = tree_map(self._as_arg, (args, kwargs))
+        node_args = (
+            _map(self._as_arg, args),
+            {k: _map(self._as_arg, v) for k, v in kwargs.items()},
+        )
         out = func(*args, **kwargs)
-        out_flat, _ = tree_flatten(out)
-        if kind == "mutation" or any(isinstance(a, torch.Tensor) and a is out for a in flat):
+        if kind == "mutation" or any(a is out for a in args if isinstance(a, torch.Tensor)):
             self.effects_visible = True
         elif name.endswith("_") and not name.startswith("_") or "out" in kwargs:
             self.effects_visible = True
-        has_tensor_out = any(isinstance(o, torch.Tensor) for o in out_flat)
+        has_tensor_out = _has_tensor(out)
         if not has_tensor_out and kind != "mutation":
             self.graph_break(
                 f"{name} returned a Python value ({type(out).__name__}) computed from tensors",
@@ -424,6 +424,27 @@ def _autocast_state() -> dict[str, tuple[bool, torch.dtype]]:
 
 def _why(name: str) -> str:
     return "it changes state outside the tensors it is given"
+
+
+def _map(fn, x):
+    """Apply fn to the leaves of (nested) tuples, lists and dicts: the shapes torch calls take.
+    Much cheaper than a general pytree walk, which matters once per recorded call."""
+    t = type(x)
+    if t is tuple:
+        return tuple(_map(fn, v) for v in x)
+    if t is list:
+        return [_map(fn, v) for v in x]
+    if t is dict:
+        return {k: _map(fn, v) for k, v in x.items()}
+    return fn(x)
+
+
+def _has_tensor(x) -> bool:
+    if isinstance(x, torch.Tensor):
+        return True
+    if isinstance(x, (tuple, list)):
+        return any(_has_tensor(v) for v in x)
+    return False
 
 
 def _item(source: Source, key) -> Source:
