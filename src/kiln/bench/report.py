@@ -40,6 +40,7 @@ _COLUMNS = (
     ("correct", 7, lambda r: _correct(r)),
     ("compile s", 9, lambda r: _num(r["compile_s"], "{:.2f}")),
     ("ms", 9, lambda r: _num(r["median_ms"], "{:.3f}")),
+    ("eager ms", 9, lambda r: _num(r.get("eager_ms"), "{:.3f}")),
     ("speedup", 7, lambda r: _num(r["speedup_vs_eager"], "{:.2f}x")),
     ("peak MiB", 8, lambda r: _num(r["peak_mem_bytes"], "{:.1f}", 1 / 2**20)),
     ("graphs", 6, lambda r: _num(r["graphs"], "{}")),
@@ -175,7 +176,8 @@ def write_markdown(path: str, rows: list[dict], skipped: list[dict], meta: dict)
     if notes:
         lines += [f"- {_one_line(n)}" for n in notes] + [""]
     lines += [
-        "speedup: eager's median over the compiler's, both timed interleaved in one process; "
+        "ms: the compiler's median; eager ms: eager's median in the same process, timed "
+        "interleaved with it; speedup: their ratio. "
         "compile s: first call (compile + run), cold caches, fresh process; peak MiB: see "
         "`kiln.bench.measure` for what is counted on each device.",
         "",
