@@ -177,16 +177,19 @@ def test_cpu_peak_memory_sees_a_large_intermediate():
 
 @pytest.fixture
 def kiln_logging_restored():
-    """compile_kiln switches on the graph_breaks log and adds a handler (meant for a worker
+    """compile_kiln switches on two kiln logs and adds handlers (meant for a worker
     process); put the logging state back so later tests in this process see none of it."""
     import logging
 
     from kiln import logs
 
     root, breaks = logging.getLogger("kiln"), logging.getLogger("kiln.graph_breaks")
-    saved = (logs._enabled, list(root.handlers), root.propagate, root.level, list(breaks.handlers))
+    hints = logging.getLogger("kiln.perf_hints")
+    saved = (logs._enabled, list(root.handlers), root.propagate, root.level)
+    saved_handlers = (list(breaks.handlers), list(hints.handlers))
     yield
-    logs._enabled, root.handlers[:], root.propagate, level, breaks.handlers[:] = saved
+    logs._enabled, root.handlers[:], root.propagate, level = saved
+    breaks.handlers[:], hints.handlers[:] = saved_handlers
     root.setLevel(level)
 
 
@@ -195,3 +198,15 @@ def test_kiln_rows_count_graphs_through_a_wrapping_backend(models, kiln_logging_
     assert row["correct"] is True, row["error"]
     assert row["graphs"] >= 1
     assert row["graph_breaks"] == len(row["break_reasons"]) == 0
+
+
+def test_kiln_fallback_to_eager_kernels_is_recorded(models, kiln_logging_restored, monkeypatch):
+    import kiln.codegen
+
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("refused for this test")
+
+    monkeypatch.setattr(kiln.codegen, "compile_graph", refuse)
+    (row,) = measure.run_task(_task("pointwise", "kiln"), models["pointwise"], measure.compile_kiln)
+    assert row["correct"] is True, row["error"]
+    assert row["fallbacks"] and "refused for this test" in row["fallbacks"][0]

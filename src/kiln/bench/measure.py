@@ -50,6 +50,7 @@ class Compiled:
     fn: Callable
     counts: Callable[[], tuple[int | None, int | None]] = lambda: (None, None)
     break_reasons: Callable[[], list[str]] = lambda: []
+    fallbacks: Callable[[], list[str]] = lambda: []  # graphs that ran on eager kernels, and why
 
 
 def compile_eager(model: torch.nn.Module, mode: str) -> Compiled:
@@ -72,19 +73,24 @@ def compile_torch(model: torch.nn.Module, mode: str) -> Compiled:
 
 
 class _CountRecords(logging.Handler):
-    def __init__(self) -> None:
+    """Keeps the messages logged to one artifact log (those starting with `prefix`)."""
+
+    def __init__(self, prefix: str = "") -> None:
         super().__init__()
-        self.count = 0
+        self.prefix = prefix
         self.reasons: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.count += 1
-        self.reasons.append(record.getMessage())
+        message = record.getMessage()
+        if message.startswith(self.prefix):
+            self.reasons.append(message)
 
 
 def compile_kiln(model: torch.nn.Module, mode: str) -> Compiled:
-    """kiln.compile with a counting backend around kiln's own; graph breaks are the records on
-    the `kiln.graph_breaks` log (switched on here; its text goes to the worker's stderr)."""
+    """kiln.compile with a counting backend around kiln's own. Graph breaks are the records on
+    the `kiln.graph_breaks` log, fallbacks (a graph left to eager kernels) those of
+    `kiln.perf_hints` from the inductor backend; both logs are switched on here and their text
+    also goes to the worker's stderr."""
     import kiln
     from kiln import logs
     from kiln.backends.registry import lookup_backend
@@ -96,12 +102,18 @@ def compile_kiln(model: torch.nn.Module, mode: str) -> Compiled:
         graphs[0] += 1
         return real(gm, example_inputs)
 
-    breaks = _CountRecords()
+    breaks, fallbacks = _CountRecords(), _CountRecords(prefix="inductor:")
     logging.getLogger("kiln.graph_breaks").addHandler(breaks)
-    kiln.set_logs(*(logs.enabled_artifacts() | {"graph_breaks"}))
+    logging.getLogger("kiln.perf_hints").addHandler(fallbacks)
+    kiln.set_logs(*(logs.enabled_artifacts() | {"graph_breaks", "perf_hints"}))
     kiln.reset()
     fn = kiln.compile(model, backend=counting_backend, mode=None if mode == "default" else mode)
-    return Compiled(fn, lambda: (graphs[0], breaks.count), lambda: breaks.reasons)
+    return Compiled(
+        fn,
+        lambda: (graphs[0], len(breaks.reasons)),
+        lambda: breaks.reasons,
+        lambda: fallbacks.reasons,
+    )
 
 
 COMPILERS: dict[str, Callable[[torch.nn.Module, str], Compiled]] = {
@@ -303,6 +315,7 @@ def run_task(
         _check(row, [first, step_c.snapshot(step_c(fresh))], ref, TOLERANCES.get(dtype, 1e-3))
         row["graphs"], row["graph_breaks"] = compiled.counts()
         row["break_reasons"] = [" ".join(r.split())[:300] for r in compiled.break_reasons()[:3]]
+        row["fallbacks"] = [" ".join(r.split())[:300] for r in compiled.fallbacks()[:3]]
         phase = "timing"
         if task.compiler == "eager":
             (eager_ms,) = interleaved_medians([step_e], fresh, task.device, task.timing_s)
@@ -370,4 +383,6 @@ def base_row(task: Task) -> dict:
         "eager_ms": None,
         "max_err": None,
         "error": None,
+        "break_reasons": [],
+        "fallbacks": [],
     }

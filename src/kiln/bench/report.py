@@ -145,6 +145,8 @@ def summary_lines(rows: list[dict], skipped: list[dict]) -> list[str]:
             lines.append(f"{where}: {_one_line(r['error'])}")
         for reason in r.get("break_reasons") or ():
             lines.append(f"{where}: graph break: {_one_line(reason, 200)}")
+        for reason in r.get("fallbacks") or ():
+            lines.append(f"{where}: fell back to eager kernels: {_one_line(reason, 200)}")
     for s in skipped:
         lines.append(f"skipped {s['model']}: {s['reason']}")
     return lines
