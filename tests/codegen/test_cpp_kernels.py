@@ -205,3 +205,15 @@ def test_extern_output_with_a_storage_offset_is_read_at_its_first_element():
     for args in ((x, w), (fresh_like(x), fresh_like(w))):
         for got, expected in zip(compiled(*args), fn(*args)):
             torch.testing.assert_close(got, expected)
+
+
+def test_softmax_calls_exp_once_per_element():
+    # The sum's loop keeps each exp(x - max) in the output row; the last loop only scales it.
+    def fn(x):
+        return torch.softmax(x, -1), torch.softmax(x * 2, -1).to(torch.bfloat16)
+
+    c = check(fn, torch.randn(32, 300) * 4)
+    kernels = c.cpp_source.split('extern "C" void kernel')[1:]
+    assert len(kernels) == 1  # both softmaxes, one row loop
+    # float32: once; bfloat16 output: the row is stored rounded, so exp is computed again.
+    assert kernels[0].count("std::exp(") == 1 + 2

@@ -22,6 +22,7 @@ import sympy
 from ...lower.indexing import delinearize, index_vars, linearize, reduce_vars, sympy_str
 from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, walk
 from ...schedule import Kernel, Schedule
+from ...schedule.realize import reindex
 from .ops import (
     CTYPES,
     HALF_TYPES,
@@ -86,6 +87,8 @@ class _KernelContext:
         self.kernel, self.nodes = kernel, nodes
         self.in_kernel = {m.name for m in kernel.members}
         self.values: dict[str, str] = {}  # member name -> C variable holding this row's value
+        self.shared = _shared_values(kernel, nodes)
+        self.preset: dict[str, dict] = {}  # member -> {expr: C text} computed by an earlier loop
         self.params: dict[str, bool] = {}  # buffer -> written by this kernel
         self._ids = 0
 
@@ -148,7 +151,13 @@ def _reduction(k: _KernelContext, node: Reduction, lines: list[str], ind: str) -
     inner = ind + "  "
     _bind(lines, inner, index_vars(len(node.size)), node.size, _X)
     _bind(lines, inner, reduce_vars(len(node.reduce_size)), node.reduce_size, _R)
-    v = _Body(k, lines, inner).emit(node.body)
+    body = _Body(k, lines, inner)
+    v = body.emit(node.body)
+    if node.name in k.shared:
+        expr, target, same = k.shared[node.name]
+        slot = f"{k.param(target, True)}[{sympy_str(_X * k.kernel.inner + _R)}]"
+        lines.append(f"{inner}{slot} = {body.names[expr]};")
+        k.preset.setdefault(target, {})[same] = slot
     if arg:
         better = ">" if node.reduce_type == "argmax" else "<"
         lines.append(
@@ -192,7 +201,9 @@ def _inner_loop(k: _KernelContext, members, lines: list[str], ind: str, pragma: 
         vs = index_vars(len(node.size))
         _bind(lines, inner + "  ", vs[: m.split], node.size[: m.split], _X)
         _bind(lines, inner + "  ", vs[m.split :], node.size[m.split :], _R)
-        v = _Body(k, lines, inner + "  ").emit(node.body)
+        member_body = _Body(k, lines, inner + "  ")
+        member_body.names.update(k.preset.get(node.name, {}))
+        v = member_body.emit(node.body)
         lines.append(f"{inner}  {var} = {v};")
         lines.append(f"{inner}}}")
         _store(k, node, _X * k.kernel.inner + _R, var, inner, lines)
@@ -251,3 +262,53 @@ def render_module(sched: Schedule) -> CppModule:
     kernels = tuple(render_kernel(k, nodes) for k in sched.kernels)
     source = PRELUDE + "\n" + "\n\n".join(k.source for k in kernels) + "\n"
     return CppModule(kernels, source)
+
+
+# Ops worth keeping from a reduction's loop for a later loop of the same kernel.
+_COSTLY = frozenset(
+    "exp exp2 expm1 log log2 log10 log1p tanh sigmoid erf erfc sin cos tan pow".split()
+)
+
+
+def _shared_values(kernel: Kernel, nodes: dict) -> dict:
+    """Reduction member -> (expr, pointwise member, same expr in its body) where the pointwise
+    recomputes, element for element, a costly value the reduction's loop already computed.
+
+    Softmax is the case: `sum(exp(x - max))` then `exp(x - max) / sum`. The reduction's loop
+    stores each `exp(x - max)` into the pointwise's own output row (it is about to be written
+    there anyway), and the pointwise's loop reads it back instead of calling `exp` again.
+    """
+    out: dict = {}
+    members = list(kernel.members)
+    for k, m in enumerate(members):
+        red = nodes[m.name]
+        if not isinstance(red, Reduction) or red.reduce_type.startswith("arg"):
+            continue
+        for pm in members[k + 1 :]:
+            p = nodes[pm.name]
+            if (
+                not isinstance(p, Pointwise)
+                or pm.per_row
+                or p.name in kernel.local
+                or p.name in {t for _, t, _ in out.values()}
+                or p.dtype in HALF_TYPES  # the row is stored rounded: recompute instead
+                or tuple(p.size[: pm.split]) != tuple(red.size)
+                or tuple(p.size[pm.split :]) != tuple(red.reduce_size)
+            ):
+                continue
+            sub = dict(zip(reduce_vars(len(red.reduce_size)), index_vars(len(p.size))[pm.split :]))
+            in_p = {e for e in walk(p.body) if isinstance(e, Op)}
+            found = None
+            for e in walk(red.body):  # children first: the last match is the largest
+                if isinstance(e, Op) and e.dtype == p.dtype and _costly(e):
+                    same = reindex(e, sub)
+                    if same in in_p:
+                        found = (e, p.name, same)
+            if found:
+                out[red.name] = found
+                break
+    return out
+
+
+def _costly(expr) -> bool:
+    return any(isinstance(e, Op) and e.op in _COSTLY for e in walk(expr))
