@@ -1,4 +1,4 @@
-"""`kiln bench` and `kiln demo`: parse the command line, run every row in a fresh worker, report.
+"""`kiln bench` and `kiln demo`: parse the command line, run each task in a fresh worker, report.
 
 Takes the arguments after `kiln bench` (see `kiln bench --help`); gives a live table with a
 progress bar, optional JSON / Markdown / PNG files, and an exit status: 0 when every row ran and
