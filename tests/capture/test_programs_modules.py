@@ -209,7 +209,18 @@ class UsesHelper(nn.Module):
         return self.partial(self.helper(x), max=0.5)
 
 
+class DictHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleDict({"a": nn.Linear(3, 3), "b": nn.Linear(3, 2)})
+        self.table = {"k": nn.Linear(3, 3)}  # a plain dict holding a module
+
+    def forward(self, x):
+        return self.heads["a"](x) + self.table["k"](x).sum() + self.heads["b"](x).mean()
+
+
 MODULES = {
+    "moduledict_and_dict_indexing": (DictHeads, randn(2, 3)),
     "mlp": (MLP, randn(3, 8)),
     "module_containers": (Stack, randn(2, 6)),
     "super_property_static": (Child, randn(2, 4)),

@@ -10,6 +10,8 @@ from __future__ import annotations
 import operator
 import types
 
+import torch
+
 from . import bytecode as bc
 from .bytecode import opcode
 from .calls import delete_attr, load_attr, store_attr
@@ -425,7 +427,7 @@ def subscript(interp, container, key):
     if tracer.recording and isinstance(key, (int, str)) and not isinstance(container, str):
         src = tracer.source_of(container)
         if src is not None and id(container) not in tracer.mutated_objs:
-            if isinstance(value, __import__("torch").nn.Module):
+            if isinstance(value, torch.nn.Module) and isinstance(container, torch.nn.Module):
                 from .calls import _attr_source
 
                 mods = container.__dict__.get("_modules", {})
