@@ -137,3 +137,21 @@ def test_kernel_never_moves_before_a_tuple_extern_it_reads():
     order = [type(st).__name__ for st in s.steps if isinstance(st, (Kernel, ExternCall))]
     assert order == ["ExternCall", "Kernel", "ExternCall", "Kernel"], order
     check(fn, torch.randn(4, 16), torch.randn(4, 16))
+
+
+def test_view_of_a_reshape_stays_an_alias_and_kernels_index_without_division():
+    from kiln.lower.indexing import FloorDiv, ModularIndexing, index_vars, linearize
+
+    i0, i1 = index_vars(2)
+    folded = linearize([FloorDiv(i1, 128), ModularIndexing(i1, 128), i0], [131072, 1024, 1])
+    assert folded == i0 + 1024 * i1
+
+    def fn(x, w):
+        y = (x * 2).view(4, 32, 64).view(128, 64).t()  # a transposed reshape: strided
+        return y @ w, (y + 1).sum(1)
+
+    s = _schedule(fn, torch.randn(4, 32, 64), torch.randn(128, 16))
+    assert len(s.kernels) == 2  # x * 2, then the sum: no copy of the view for the matmul
+    c = check(fn, torch.randn(4, 32, 64), torch.randn(128, 16))
+    assert "/" not in c.cpp_source.split("void kernel")[-1].split("{", 1)[1]
+    assert "%" not in c.cpp_source.split("void kernel")[-1].split("{", 1)[1]

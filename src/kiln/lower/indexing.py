@@ -94,7 +94,35 @@ def linearize(index, strides) -> sympy.Expr:
     out = sympy.Integer(0)
     for i, s in zip(index, strides):
         out = out + i * s
-    return out
+    return simplify_index(out)
+
+
+def simplify_index(expr) -> sympy.Expr:
+    """Fold `k*(a % m) + k*m*(a // m)` into `k*a`, repeatedly.
+
+    A view of a reshape (`x.view(4, 128, 1024).view(512, 1024).t()`) reads its base at
+    `1024*(i1 % 128) + 131072*(i1 // 128) + i0`, which is just `1024*i1 + i0`: folded, the view
+    stays a strided alias instead of a copy, and kernels index without divisions.
+    """
+    if not isinstance(expr, sympy.Expr) or not expr.has(ModularIndexing):
+        return expr
+    expr = sympy.expand(expr)
+    while expr.is_Add:
+        coeffs: dict = {}
+        for term in expr.args:
+            c, rest = term.as_coeff_Mul()
+            coeffs[rest] = coeffs.get(rest, 0) + c
+        for rest, c in coeffs.items():
+            if not isinstance(rest, ModularIndexing):
+                continue
+            a, m = rest.args
+            partner = FloorDiv(a, m)
+            if coeffs.get(partner) == c * m:
+                expr = sympy.expand(expr - c * rest - c * m * partner + c * a)
+                break
+        else:
+            break
+    return expr
 
 
 def delinearize(linear: sympy.Expr, size) -> tuple[sympy.Expr, ...]:
