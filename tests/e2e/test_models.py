@@ -184,3 +184,26 @@ def test_nanogpt_training_step(compiled_graphs):
 
     _train_step_matches(model, _tokens, loss)
     _assert_generated(compiled_graphs, 2)
+
+
+def test_codegen_error_falls_back_to_eager_kernels(monkeypatch):
+    # A code generator bug must cost speed, never correctness: the graph runs on eager kernels.
+    def broken(gm, example_inputs, *, options=None):
+        raise RuntimeError("simulated code generator bug")
+
+    monkeypatch.setattr(kiln.codegen, "compile_graph", broken)
+    kiln.reset()
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+    compiled = kiln.compile(model)
+    compiled(torch.randn(4, 8, requires_grad=True))  # the first call traces (runs eagerly)
+    x = torch.randn(4, 8, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    out = compiled(x)
+    torch.testing.assert_close(out, model(x_ref))
+    out.sum().backward()
+    x_grad = x.grad
+    model.zero_grad()
+    model(x_ref).sum().backward()
+    torch.testing.assert_close(x_grad, x_ref.grad)
+    kiln.reset()
