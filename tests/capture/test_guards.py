@@ -172,3 +172,33 @@ def test_constant_arguments_are_guarded(value):
     seen.append(out[1])
     assert f(torch.ones(1), value)[1] == value
     assert f(torch.ones(1), "other")[1] == "other"
+
+
+def test_building_unrelated_modules_between_calls_does_not_recompile():
+    mod = Scaled()
+    backend = CountingBackend()
+    cm = kiln.compile(mod, backend=backend)
+    for _ in range(3):
+        nn.Sequential(nn.Linear(2, 2), nn.ReLU())  # e.g. a library making cache objects
+        x = torch.randn(2, 3)
+        torch.testing.assert_close(cm(x), mod(x))
+    assert len(backend.graphs) == 1
+
+
+def test_module_built_inside_forward_does_not_recompile():
+    class Builds(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            scratch = nn.ModuleList()  # transformers builds cache containers like this
+            return self.lin(x) + len(scratch)
+
+    mod = Builds()
+    backend = CountingBackend()
+    cm = kiln.compile(mod, backend=backend)
+    for _ in range(3):
+        x = torch.randn(2, 3)
+        torch.testing.assert_close(cm(x), mod(x))
+    assert len(backend.graphs) == 1

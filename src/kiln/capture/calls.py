@@ -223,6 +223,7 @@ def _attr_source(tracer, obj, src, name, value):
         )
         if structural:
             _tree_guard(tracer)
+            module_tree.watch(obj)
             label = f"{src.describe()}.{name}"
             if name in STRUCTURE:  # the dict itself: its entries are structure too
                 tracer.sources[id(value)] = (value, ConstSource(value, label))

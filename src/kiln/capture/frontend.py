@@ -137,7 +137,12 @@ class CompiledFunction:
 
         reasons = []
         for guards, namer in self.entry_guards:
-            reasons.append(explain_failure(guards, namer, self.params, args, kwargs) or "?")
+            reasons.append(
+                explain_failure(
+                    guards, namer, self.params, args, kwargs, self.defaults, self.kwdefaults
+                )
+                or "?"
+            )
         return "; ".join(reasons) if reasons else "no entries"
 
     # ---- tracing ------------------------------------------------------------------------------
@@ -150,7 +155,7 @@ class CompiledFunction:
         tracer.dynamic_policy = self._dynamic_dims
         _state.depth = getattr(_state, "depth", 0) + 1
         try:
-            with tracer.mode:
+            with tracer.mode, module_tree.suspended():  # modules built in the trace are its own
                 result = self._run_root(tracer, interp, args, kwargs)
         except GraphBreakAt as brk:
             _state.depth -= 1

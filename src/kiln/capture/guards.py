@@ -192,7 +192,9 @@ class GuardSet:
         return "\n".join(f"  {g.describe()}" for g in self.guards)
 
 
-def explain_failure(guards: list[Guard], namer: Namer, params: str, args, kwargs) -> str | None:
+def explain_failure(
+    guards: list[Guard], namer: Namer, params: str, args, kwargs, defaults=(), kwdefaults=None
+) -> str | None:
     """Evaluate guards one by one on a call's arguments; describe the first that fails."""
     for g in guards:
         src = f"def ___probe({params}):\n    return ({g.expr(namer)}), "
@@ -201,7 +203,10 @@ def explain_failure(guards: list[Guard], namer: Namer, params: str, args, kwargs
         scope = dict(namer.namespace)
         try:
             exec(src, scope)
-            ok, value = scope["___probe"](*args, **kwargs)
+            probe = scope["___probe"]
+            probe.__defaults__ = tuple(defaults) or None
+            probe.__kwdefaults__ = dict(kwdefaults) if kwdefaults else None
+            ok, value = probe(*args, **kwargs)
         except Exception as e:  # a missing attribute or index is itself the failure
             return f"{g.describe()} -- evaluating it raised {type(e).__name__}: {e}"
         if not ok:
