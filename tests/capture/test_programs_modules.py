@@ -531,3 +531,21 @@ def test_print_is_replayed(capsys):
         cf(torch.randn(2))
     assert capsys.readouterr().out.count("step 3 ok") == 3
     assert cf._kiln_compiled.eager_reason is None
+
+
+@pytest.mark.parametrize("mod_cls", [Stack, TinyGPT])
+def test_parameters_are_graph_inputs_not_constants(mod_cls):
+    """Parameters reached through enumerate/zip/iteration over module containers must be lifted
+    as graph inputs (guarded), never frozen into the graph as constants."""
+    import kiln
+    from harness import CountingBackend
+
+    mod = mod_cls()
+    backend = CountingBackend()
+    cm = kiln.compile(mod, backend=backend)
+    x = torch.randn(2, 6) if mod_cls is Stack else torch.randint(0, 50, (2, 8))
+    cm(x)
+    gm = backend.graphs[0]
+    assert not [n for n in gm.graph.nodes if n.op == "get_attr"], gm.code
+    n_inputs = len(gm.graph.find_nodes(op="placeholder"))
+    assert n_inputs == 1 + len(list(mod.parameters())) + len(list(mod.buffers()))

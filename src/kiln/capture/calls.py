@@ -540,6 +540,8 @@ def call_class(interp, cls: type, args: tuple, kwargs: dict) -> Any:
         interp.tracer.keepalive.append(obj)
         interp_call(interp, init, (obj, *args), kwargs)
         return obj
+    if cls in _ITERATING:  # enumerate(self.layers), list(self.blocks), zip(...): builtin types
+        args = _materialize(interp, cls, args)
     if issubclass(cls, torch.nn.Module):
         from .. import logs
 

@@ -91,6 +91,39 @@ class NotResumable(Exception):
     pass
 
 
+class _ReduceMark:
+    """Marks `(mark, fn, args, state)`: a built-in iterator taken apart into the sequence it
+    walks and its position, so the sequence's items are guarded and lifted like any value."""
+
+    def __repr__(self) -> str:
+        return "ITER"
+
+
+REDUCE = _ReduceMark()
+
+
+def _take_apart(v):
+    if type(v).__module__ == "builtins" and hasattr(v, "__next__"):
+        try:
+            recipe = v.__reduce__()
+        except TypeError as e:
+            raise NotResumable(f"a {type(v).__name__} is live at the break ({e})") from None
+        fn, args = recipe[0], recipe[1]
+        state = recipe[2] if len(recipe) > 2 else None
+        return (REDUCE, fn, tuple(_take_apart(a) for a in args), state)
+    return v
+
+
+def _put_together(v):
+    if type(v) is tuple and len(v) == 4 and v[0] is REDUCE:
+        _, fn, args, state = v
+        obj = fn(*(_put_together(a) for a in args))
+        if state is not None:
+            obj.__setstate__(state)
+        return obj
+    return v
+
+
 def snapshot(tracer, chain: list[Frame]) -> tuple[list[FrameSpec], list[Any]]:
     """Specs and flat live values of a chain of frames, as they are right now."""
     specs, values = [], []
@@ -112,7 +145,7 @@ def snapshot(tracer, chain: list[Frame]) -> tuple[list[FrameSpec], list[Any]]:
                     raise NotResumable(f"local {name!r} holds a closure cell from elsewhere")
             elif v is not NULL:
                 local_names.append(name)
-                local_vals.append(v)
+                local_vals.append(_take_apart(v))
         nulls = tuple(v is NULL for v in f.stack)
         if any(isinstance(v, types.CellType) for v in f.stack):
             raise NotResumable("a closure cell is on the value stack")
@@ -121,7 +154,7 @@ def snapshot(tracer, chain: list[Frame]) -> tuple[list[FrameSpec], list[Any]]:
                 f.fn, f.pc, tuple(local_names), tuple(cell_names), tuple(empty), tuple(free), nulls
             )
         )
-        values += local_vals + cell_vals + [v for v in f.stack if v is not NULL]
+        values += local_vals + cell_vals + [_take_apart(v) for v in f.stack if v is not NULL]
     return specs, values
 
 
@@ -141,7 +174,7 @@ def build_frames(tracer, specs: list[FrameSpec], values: list[Any]) -> list[Fram
     for spec in specs:
         loc: dict[str, Any] = {}
         for name in spec.local_names:
-            loc[name] = next(it)
+            loc[name] = _put_together(next(it))
         for name in spec.cell_names:
             cell = types.CellType(next(it))
             tracer.inner_cells.add(id(cell))
@@ -157,7 +190,7 @@ def build_frames(tracer, specs: list[FrameSpec], values: list[Any]) -> list[Fram
             loc[name] = closure[name]
         f = Frame(spec.fn, loc)
         f.pc = spec.pc
-        f.stack = [NULL if is_null else next(it) for is_null in spec.stack_nulls]
+        f.stack = [NULL if is_null else _put_together(next(it)) for is_null in spec.stack_nulls]
         f.parent = frames[-1] if frames else None
         frames.append(f)
     return frames
