@@ -537,8 +537,9 @@ def test_print_is_replayed(capsys):
 def test_parameters_are_graph_inputs_not_constants(mod_cls):
     """Parameters reached through enumerate/zip/iteration over module containers must be lifted
     as graph inputs (guarded), never frozen into the graph as constants."""
-    import kiln
     from harness import CountingBackend
+
+    import kiln
 
     mod = mod_cls()
     backend = CountingBackend()
