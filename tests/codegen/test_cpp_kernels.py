@@ -217,3 +217,22 @@ def test_softmax_calls_exp_once_per_element():
     assert len(kernels) == 1  # both softmaxes, one row loop
     # float32: once; bfloat16 output: the row is stored rounded, so exp is computed again.
     assert kernels[0].count("std::exp(") == 1 + 2
+
+
+def test_alias_of_an_extern_output_whose_real_strides_differ_from_its_meta():
+    # CPU flash attention lays its output out like its query. Traced, the query is a transposed
+    # view ((B, L, H, E) memory); kiln computes it into a contiguous buffer, so the real output
+    # is (B, H, L, E) while the meta said (B, L, H, E). An alias taken with the predicted
+    # strides read the wrong elements (hf_llama); the wrapper must check them.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x, k, v):
+        q = x.transpose(1, 2) * 2  # eager keeps the transposed layout; kiln stores it contiguous
+        y = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)[0]
+        return (y.transpose(1, 2),)
+
+    x, k, v = torch.randn(2, 16, 4, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)
+    gm = make_fx(fn, tracing_mode="fake")(x, k, v)
+    compiled = compile_graph_strict(gm, [x, k, v])
+    for args in ((x, k, v), tuple(fresh_like(t) for t in (x, k, v))):
+        torch.testing.assert_close(compiled(*args)[0], fn(*args)[0])

@@ -74,7 +74,10 @@ def render_wrapper(sched: Schedule, kernel_params: dict[str, tuple[str, ...]]) -
             f"{name} = _fix_input({name}, {name!r}, {size}, {stride})"
         )
     kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
+    # Buffers indexed with the strides the fake tensors predicted: those kernels read, and the
+    # bases of strided aliases (an ATen kernel may return another layout than its meta does).
     read_by_kernel = {p for params in kernel_params.values() for p in params}
+    read_by_kernel |= {nodes[s.name].base for s in sched.steps if isinstance(s, Alias)}
     externs: dict = {}
     for step in sched.steps:
         if isinstance(step, Alloc):
