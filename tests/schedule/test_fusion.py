@@ -155,3 +155,21 @@ def test_view_of_a_reshape_stays_an_alias_and_kernels_index_without_division():
     c = check(fn, torch.randn(4, 32, 64), torch.randn(128, 16))
     assert "/" not in c.cpp_source.split("void kernel")[-1].split("{", 1)[1]
     assert "%" not in c.cpp_source.split("void kernel")[-1].split("{", 1)[1]
+
+
+def test_a_view_is_freed_after_its_last_reader():
+    # The alias holds its base's storage: dropping only the base kept it alive to the end.
+    from kiln.schedule import Alias, Free
+
+    def fn(x, w):
+        y = (x + 1).t() @ w  # an alias of a kernel's buffer, read by one extern call
+        return (y * 3).relu()
+
+    s = _schedule(fn, torch.randn(16, 16), torch.randn(16, 8))
+    steps = list(s.steps)
+    (alias,) = [st for st in steps if isinstance(st, Alias)]
+    mm_at = next(k for k, st in enumerate(steps) if isinstance(st, ExternCall))
+    assert s.graph.node_map()[steps[mm_at].name].args[0].name == alias.name
+    assert Free(alias.name) in steps[mm_at + 1 :]
+    c = check(fn, torch.randn(16, 16), torch.randn(16, 8))
+    assert f"del {alias.name}" in c.wrapper_source

@@ -74,7 +74,8 @@ def plan_memory(graph: LoopGraph, steps) -> tuple:
             items[n.base].append(n.name)
     # The storage owner of a name: views live on their base's storage.
     owner = {v.name: v.base for v in views}
-    pinned = {owner.get(o, o) for o in graph.outputs if isinstance(o, str)}
+    returned = {o for o in graph.outputs if isinstance(o, str)}
+    pinned = returned | {owner.get(o, o) for o in returned}
     pinned |= set(graph.inputs) | set(graph.constants)
     last: dict[str, int] = {}
     for k, step in enumerate(steps):
@@ -112,7 +113,8 @@ def plan_memory(graph: LoopGraph, steps) -> tuple:
         out.append(step)
         out.extend(Alias(v) for v in aliases_after[k])
         for name in sorted(n for n, at in last.items() if at == k):
-            if name in pinned or name in owner or name not in produced_at:
+            # A view is dropped after its last reader too: it holds its base's storage.
+            if name in pinned or (name not in produced_at and name not in owner):
                 continue
             out.append(Free(name))
             if name in reusable:
