@@ -12,6 +12,7 @@ from .api import (
     is_compiling,
     list_backends,
     mark_dynamic,
+    mark_step_begin,
     reset,
 )
 from .backends.registry import register_backend
@@ -27,6 +28,7 @@ __all__ = [
     "is_compiling",
     "list_backends",
     "mark_dynamic",
+    "mark_step_begin",
     "register_backend",
     "reset",
     "set_logs",

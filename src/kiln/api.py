@@ -168,6 +168,14 @@ def reset() -> None:
     frontend.reset_all()
 
 
+def mark_step_begin() -> None:
+    """Start a new step for device graphs (`mode="reduce-overhead"`, `backend="cudagraphs"`):
+    outputs of earlier replays may be overwritten; see runtime/device_graphs_outputs.py."""
+    from .runtime.device_graphs_outputs import mark_step_begin as _mark
+
+    _mark()
+
+
 def is_compiling() -> bool:
     """True while kiln is capturing (tracing) a frame."""
     return frontend.is_tracing()

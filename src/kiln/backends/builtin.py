@@ -1,4 +1,4 @@
-"""kiln's built-in backends: `eager`, `aot_eager` and `inductor`.
+"""kiln's built-in backends: `eager`, `aot_eager`, `inductor` and `cudagraphs`.
 
 `eager` runs the captured torch-level graph as it is. `aot_eager` traces it to ATen with
 kiln's ahead-of-time autograd and runs eager ATen kernels. `inductor` (the default) is kiln's
@@ -7,6 +7,9 @@ inference graph), and `kiln.codegen.compile_graph` turns each into C++/OpenMP ke
 Python wrapper. A graph the code generator cannot compile runs on eager ATen kernels, and a
 captured graph AOT autograd refuses runs on the `eager` backend; both say why under
 `KILN_LOGS=perf_hints`. Falling back is always correct; it is never a wrong answer.
+`cudagraphs` is `aot_eager` with each compiled graph replayed as a device graph
+(runtime/device_graphs.py); `inductor` does the same under `options={"triton.cudagraphs": True}`
+or `mode="reduce-overhead"`.
 """
 
 from __future__ import annotations
@@ -62,6 +65,11 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list):
     options = gm.meta.get("kiln_options") if hasattr(gm, "meta") else None
     compiler = _graph_compiler(options)
     try:
+        if options is not None and options.get("triton.cudagraphs"):
+            from ..runtime.device_graphs import wrap_compilers
+
+            compilers = wrap_compilers(compiler, compiler, _device_graph_group(gm))
+            return aot_compile(gm, example_inputs, **compilers)
         return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler)
     except Exception as e:  # AotUnsupported and anything unforeseen: run the captured graph
         logs.log(
@@ -77,3 +85,29 @@ register_lazy(
     "aot_eager_decomp_partition", "kiln.autograd.backend:aot_eager_decomp_partition", ("debug",)
 )
 register_lazy("aot_eager_save_all", "kiln.autograd.backend:aot_eager_save_all", ("debug",))
+
+
+def _device_graph_group(gm: torch.fx.GraphModule):
+    from ..runtime.device_graphs import GraphGroup
+
+    label = gm.meta.get("kiln_label", "a compiled graph") if hasattr(gm, "meta") else "a graph"
+    return GraphGroup(label=str(label))
+
+
+@register_backend(name="cudagraphs")
+def cudagraphs(gm: torch.fx.GraphModule, example_inputs: list):
+    """AOT autograd on eager ATen kernels, forward and backward replayed as device graphs."""
+    from ..autograd import aot_compile
+    from ..autograd.backend import eager_graph
+    from ..runtime.device_graphs import wrap_compilers
+
+    compilers = wrap_compilers(eager_graph, eager_graph, _device_graph_group(gm))
+    try:
+        return aot_compile(gm, example_inputs, decompositions={}, **compilers)
+    except Exception as e:  # AotUnsupported and anything unforeseen: run the captured graph
+        logs.log(
+            "perf_hints",
+            f"cudagraphs: AOT autograd could not take this graph ({type(e).__name__}: {e}); "
+            "it runs on the 'eager' backend without device graphs",
+        )
+        return eager(gm, example_inputs)

@@ -266,6 +266,7 @@ class CompiledFunction:
                     setattr(root, name, t)
                 gm = fx.GraphModule(root, graph, class_name="KilnGraph")
             gm.meta["kiln_label"] = self.label
+            gm.meta["kiln_options"] = self.opts
             self.graph_modules.append(gm)
             logs.log("graph", lambda: f"graph of {self.label}:\n{gm.print_readable(False)}")
             example_inputs = [t for _, t, _ in tracer.placeholders]
