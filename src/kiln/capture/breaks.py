@@ -102,12 +102,17 @@ def _finish_call(cf, tracer, brk: GraphBreakAt, specs, values: list, conts: dict
     return conts[outcome](*values)
 
 
-def _resume_concretely(cf, brk: GraphBreakAt, outcome: Any = None, exc=None) -> Any:
+def concrete_interpreter(cf) -> Interpreter:
+    """An interpreter whose tracer records nothing: it just finishes a call correctly."""
     from .tracer import Break, Tracer
 
-    tracer = Tracer(cf.opts, lambda: "<resumed eagerly>")
-    tracer.broken = Break("resumed eagerly", "", "")
-    interp = Interpreter(tracer, cf.root_globals)
+    tracer = Tracer(cf.opts, lambda: "<running eagerly>")
+    tracer.broken = Break("running eagerly", "", "")
+    return Interpreter(tracer, cf.root_globals)
+
+
+def _resume_concretely(cf, brk: GraphBreakAt, outcome: Any = None, exc=None) -> Any:
+    interp = concrete_interpreter(cf)
     inner = brk.chain[-1]
     if exc is None:
         if brk.step[0] == "call":
@@ -162,12 +167,8 @@ def _make_continuation_class():
             return resume_chain(interp, frames)
 
         def run_eagerly(self, args: tuple, kwargs: dict):
-            from .tracer import Break, Tracer
-
-            tracer = Tracer(self.opts, lambda: "<eager>")
-            tracer.broken = Break("eager", "", "")
-            interp = Interpreter(tracer, self.root_globals)
-            return resume_chain(interp, build_frames(tracer, self.specs, list(args)))
+            interp = concrete_interpreter(self)
+            return resume_chain(interp, build_frames(interp.tracer, self.specs, list(args)))
 
     return Continuation
 

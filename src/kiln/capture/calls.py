@@ -398,11 +398,7 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
     name = getattr(fn, "__name__", type(fn).__name__)
     if isinstance(owner, CONTAINERS) and not isinstance(owner, type):
         if name in MUTATING and tracer.recording:
-            tracer.mutated_objs.add(id(owner))
-            src = tracer.source_of(owner)
-            if src is not None:
-                tracer.side_effects.mutate_container(owner, src)
-                tracer.effects_visible = True
+            note_container_mutation(tracer, owner)
         return native_call(interp, fn, _trampolines(interp, args), kwargs)
     if isinstance(owner, (str, bytes, tuple, int, float, frozenset, range, slice, torch.Size)):
         return fn(*args, **kwargs)
@@ -439,6 +435,16 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
         "wrap it with kiln.allow_in_graph if it is a pure tensor function, or call it outside "
         "the compiled function",
     )
+
+
+def note_container_mutation(tracer, obj) -> None:
+    """A list/dict/set is changed in place: stop guarding reads of it, and replay the change
+    if it came from outside the frame."""
+    tracer.mutated_objs.add(id(obj))
+    src = tracer.source_of(obj)
+    if src is not None:
+        tracer.side_effects.mutate_container(obj, src)
+        tracer.effects_visible = True
 
 
 def _stateful_torch(name: str) -> bool:

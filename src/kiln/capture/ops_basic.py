@@ -344,12 +344,9 @@ def op_binary_op(interp, frame, inst):
 
 
 def _note_container_mutation(interp, obj):
-    tracer = interp.tracer
-    tracer.mutated_objs.add(id(obj))
-    src = tracer.source_of(obj)
-    if src is not None:
-        tracer.side_effects.mutate_container(obj, src)
-        tracer.effects_visible = True
+    from .calls import note_container_mutation
+
+    note_container_mutation(interp.tracer, obj)
 
 
 @opcode("COMPARE_OP")
