@@ -10,19 +10,21 @@ still runs, natively, so the traced call finishes with eager's result.
 
 from __future__ import annotations
 
-import builtins
 import functools
-import itertools
-import math
-import operator
 import types
 from typing import Any
 
 import torch
 
-from . import guards as G
-from . import module_tree
-from .sources import AttrSource, ConstSource, GlobalSource
+from .attributes import (  # noqa: F401  (re-exported: handlers import them from here)
+    STRUCTURE,
+    _attr_source,
+    _class_attr,
+    delete_attr,
+    load_attr,
+    python_dunder,
+    store_attr,
+)
 from .symbolic import _Sym
 from .symbolic import plain as sym_plain
 
@@ -179,113 +181,6 @@ BREAK_MODULES = ("logging",)
 
 _disabled: set[int] = set()
 _allow_in_graph: set[int] = set()
-
-
-# ---- attributes ---------------------------------------------------------------------------------
-def load_attr(interp, obj: Any, name: str) -> Any:
-    tracer = interp.tracer
-    if isinstance(obj, torch.Tensor):
-        return getattr(obj, name)
-    prop = _class_attr(type(obj), name)
-    if type(prop) is property and type(prop.fget) is types.FunctionType and _inlinable(prop.fget):
-        if name not in getattr(obj, "__dict__", {}):
-            return interp_call(interp, prop.fget, (obj,), {})
-    value = getattr(obj, name)
-    if tracer.recording:
-        src = tracer.source_of(obj)
-        if src is not None and not _untracked(tracer, obj, name, value):
-            tracer.track(value, _attr_source(tracer, obj, src, name, value))
-    return value
-
-
-def _untracked(tracer, obj, name, value) -> bool:
-    if (id(obj), name) in tracer.mutated_attrs or id(obj) in tracer.mutated_objs:
-        return True
-    if isinstance(value, (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)):
-        return True
-    if isinstance(obj, types.ModuleType) and _is_library(obj.__name__):
-        return True
-    return False
-
-
-STRUCTURE = ("_parameters", "_buffers", "_modules")
-
-
-def _attr_source(tracer, obj, src, name, value):
-    """Parameters, buffers and submodules of a module are held directly, under the module-tree
-    version guard; every other attribute is read through its path."""
-    if isinstance(obj, torch.nn.Module):
-        d = obj.__dict__
-        structural = (
-            name in STRUCTURE
-            or isinstance(value, (torch.Tensor, torch.nn.Module))
-            and any(name in d.get(k, ()) for k in STRUCTURE)
-        )
-        if structural:
-            _tree_guard(tracer)
-            module_tree.watch(obj)
-            label = f"{src.describe()}.{name}"
-            if name in STRUCTURE:  # the dict itself: its entries are structure too
-                tracer.sources[id(value)] = (value, ConstSource(value, label))
-                for k, v in value.items():
-                    if isinstance(v, (torch.Tensor, torch.nn.Module)):
-                        tracer.track(v, ConstSource(v, f"{label}[{k!r}]"))
-            return ConstSource(value, label)
-    return AttrSource(src, name)
-
-
-def _tree_guard(tracer) -> None:
-    module_tree.install()
-    tracer.guards.add(
-        G.Guard(
-            None,
-            "TREE",
-            "{v}[0] == " + str(module_tree.VERSION[0]),
-            {"v": module_tree.VERSION},
-            "nn.Module structure unchanged",
-        )
-    )
-
-
-def python_dunder(obj, name: str):
-    """The user-level (Python) implementation of a dunder on obj's type, or None."""
-    if isinstance(obj, torch.Tensor):
-        return None
-    fn = _class_attr(type(obj), name)
-    if type(fn) is types.FunctionType and _inlinable(fn):
-        return fn
-    return None
-
-
-def store_attr(interp, obj: Any, name: str, value: Any) -> None:
-    tracer = interp.tracer
-    if isinstance(obj, torch.Tensor):
-        tracer.graph_break(
-            f"assignment to tensor attribute .{name}", "do it outside the compiled function"
-        )
-    setattr(obj, name, value)
-    tracer.mutated_attrs.add((id(obj), name))
-    src = tracer.source_of(obj)
-    if src is not None:
-        tracer.side_effects.store_attr(obj, src, name)
-        tracer.effects_visible = True
-
-
-def delete_attr(interp, obj: Any, name: str) -> None:
-    store_attr_like = interp.tracer
-    delattr(obj, name)
-    store_attr_like.mutated_attrs.add((id(obj), name))
-    src = store_attr_like.source_of(obj)
-    if src is not None:
-        store_attr_like.side_effects.store_attr(obj, src, name)
-        store_attr_like.effects_visible = True
-
-
-def _class_attr(cls: type, name: str) -> Any:
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            return klass.__dict__[name]
-    return None
 
 
 # ---- calls --------------------------------------------------------------------------------------
@@ -571,136 +466,8 @@ def _zero_arg_super(interp):
     return super(cell.cell_contents, first)
 
 
-# ---- modules ------------------------------------------------------------------------------------
-_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
-_mod_globals = None
-
-
-def call_module(interp, mod: torch.nn.Module, args: tuple, kwargs: dict, site=None) -> Any:
-    """`mod(*args)` as Module.__call__ runs it: pre-hooks, forward, forward hooks."""
-    tracer = interp.tracer
-    d = mod.__dict__
-    src = tracer.source_of(mod)
-    _guard_global_hooks(tracer)
-    if src is not None and tracer.recording:
-        check = " and ".join(f"not {{s}}.{h}" for h in _HOOK_DICTS)
-        if not any(d.get(h) for h in _HOOK_DICTS):
-            tracer.guards.add(G.Guard(src, "HOOKS", check, {}, "has no hooks"))
-        else:
-            for h in _HOOK_DICTS:
-                tracer.track(d.get(h), AttrSource(src, h))
-    if d.get("_backward_hooks") or d.get("_backward_pre_hooks"):
-        tracer.graph_break("module backward hooks are not supported inside a graph")
-    gm = torch.nn.modules.module
-    pre = [*gm._global_forward_pre_hooks.items(), *d.get("_forward_pre_hooks", {}).items()]
-    for hook_id, hook in pre:
-        if hook_id in d.get("_forward_pre_hooks_with_kwargs", ()):
-            result = interp_call(interp, hook, (mod, args, kwargs), {})
-            if result is not None:
-                args, kwargs = result
-        else:
-            result = interp_call(interp, hook, (mod, args), {})
-            if result is not None:
-                args = result if isinstance(result, tuple) else (result,)
-    forward = load_attr(interp, mod, "forward")
-    post = [*gm._global_forward_hooks.items(), *d.get("_forward_hooks", {}).items()]
-    out = interp_call(interp, forward, args, kwargs, None if post else site)
-    for hook_id, hook in post:
-        if hook_id in d.get("_forward_hooks_with_kwargs", ()):
-            result = interp_call(interp, hook, (mod, args, kwargs, out), {})
-        else:
-            result = interp_call(interp, hook, (mod, args, out), {})
-        if result is not None:
-            out = result
-    return out
-
-
-def _guard_global_hooks(tracer) -> None:
-    if getattr(tracer, "_global_hooks_guarded", False) or not tracer.recording:
-        return
-    tracer._global_hooks_guarded = True
-    g = torch.nn.modules.module.__dict__
-    for name in (
-        "_global_forward_pre_hooks",
-        "_global_forward_hooks",
-        "_global_backward_hooks",
-        "_global_backward_pre_hooks",
-    ):
-        tracer.guards.add(
-            G.Guard(GlobalSource(g, name, False), "HOOKS", "not {s}", {}, "no global module hooks")
-        )
-
-
-# ---- builtins with interpreter semantics ------------------------------------------------------
-def _getattr(interp, args, kwargs):
-    if len(args) == 3:
-        try:
-            return load_attr(interp, args[0], args[1])
-        except AttributeError:
-            return args[2]
-    return load_attr(interp, args[0], args[1])
-
-
-def _hasattr(interp, args, kwargs):
-    try:
-        load_attr(interp, args[0], args[1])
-        return True
-    except AttributeError:
-        return False
-
-
-def _setattr(interp, args, kwargs):
-    store_attr(interp, args[0], args[1], args[2])
-
-
-def _delattr(interp, args, kwargs):
-    delete_attr(interp, args[0], args[1])
-
-
-def _print(interp, args, kwargs):
-    tracer = interp.tracer
-    if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
-        tracer.graph_break(
-            "print() of a tensor needs its values",
-            "print outside the compiled function, or print metadata only",
-        )
-    elif tracer.recording:
-        if kwargs.get("file") is not None:
-            tracer.graph_break("print(file=...) writes to a stream kiln does not replay")
-        tracer.side_effects.print_call(args, dict(kwargs))
-        tracer.effects_visible = True
-    return native_call(interp, print, args, kwargs)
-
-
-def _len(interp, args, kwargs):
-    if len(args) == 1 and isinstance(args[0], torch.Tensor) and args[0].dim() > 0:
-        return args[0].shape[0]  # symbolic when the size is dynamic
-    fn = python_dunder(args[0], "__len__") if len(args) == 1 else None
-    if fn is not None:
-        n = interp_call(interp, fn, (args[0],), {})
-        if not isinstance(n, int):
-            raise TypeError(f"'{type(n).__name__}' object cannot be interpreted as an integer")
-        return n
-    return len(*args)
-
-
-def _iter(interp, args, kwargs):
-    fn = python_dunder(args[0], "__iter__") if len(args) == 1 else None
-    return iter(interp_call(interp, fn, (args[0],), {})) if fn else iter(*args)
-
-
-_SPECIAL = {
-    builtins.getattr: _getattr,
-    builtins.hasattr: _hasattr,
-    builtins.setattr: _setattr,
-    builtins.delattr: _delattr,
-    builtins.print: _print,
-    builtins.len: _len,
-    builtins.iter: _iter,
-}
-
-# math/operator/itertools are pure; keep linters aware they are referenced deliberately
-_ = (math, operator, itertools)
+from .builtin_specials import SPECIAL as _SPECIAL  # noqa: E402
+from .module_calls import call_module  # noqa: E402
 
 
 def mark_disabled(fn):

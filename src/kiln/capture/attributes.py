@@ -1,0 +1,142 @@
+"""Attribute access inside a trace: loads that guard what they read, stores that are replayed.
+
+Takes an object and an attribute name as the interpreter meets them (LOAD_ATTR, STORE_ATTR,
+`getattr`); gives the value, after telling the tracer where it came from: parameters, buffers
+and submodules of a module are held directly under the module-structure guard, every other
+attribute is guarded through its path. Python properties defined by user code are inlined.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from . import guards as G
+from . import module_tree
+from .sources import AttrSource, ConstSource
+
+
+def _lib(name: str) -> bool:
+    from .calls import _is_library
+
+    return _is_library(name)
+
+
+def load_attr(interp, obj: Any, name: str) -> Any:
+    tracer = interp.tracer
+    if isinstance(obj, torch.Tensor):
+        return getattr(obj, name)
+    prop = _class_attr(type(obj), name)
+    if (
+        type(prop) is property
+        and type(prop.fget) is types.FunctionType
+        and _inlinable_fn(prop.fget)
+    ):
+        if name not in getattr(obj, "__dict__", {}):
+            from .calls import interp_call
+
+            return interp_call(interp, prop.fget, (obj,), {})
+    value = getattr(obj, name)
+    if tracer.recording:
+        src = tracer.source_of(obj)
+        if src is not None and not _untracked(tracer, obj, name, value):
+            tracer.track(value, _attr_source(tracer, obj, src, name, value))
+    return value
+
+
+def _untracked(tracer, obj, name, value) -> bool:
+    if (id(obj), name) in tracer.mutated_attrs or id(obj) in tracer.mutated_objs:
+        return True
+    if isinstance(value, (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)):
+        return True
+    if isinstance(obj, types.ModuleType) and _lib(obj.__name__):
+        return True
+    return False
+
+
+STRUCTURE = ("_parameters", "_buffers", "_modules")
+
+
+def _attr_source(tracer, obj, src, name, value):
+    """Parameters, buffers and submodules of a module are held directly, under the module-tree
+    version guard; every other attribute is read through its path."""
+    if isinstance(obj, torch.nn.Module):
+        d = obj.__dict__
+        structural = (
+            name in STRUCTURE
+            or isinstance(value, (torch.Tensor, torch.nn.Module))
+            and any(name in d.get(k, ()) for k in STRUCTURE)
+        )
+        if structural:
+            _tree_guard(tracer)
+            module_tree.watch(obj)
+            label = f"{src.describe()}.{name}"
+            if name in STRUCTURE:  # the dict itself: its entries are structure too
+                tracer.sources[id(value)] = (value, ConstSource(value, label))
+                for k, v in value.items():
+                    if isinstance(v, (torch.Tensor, torch.nn.Module)):
+                        tracer.track(v, ConstSource(v, f"{label}[{k!r}]"))
+            return ConstSource(value, label)
+    return AttrSource(src, name)
+
+
+def _tree_guard(tracer) -> None:
+    module_tree.install()
+    tracer.guards.add(
+        G.Guard(
+            None,
+            "TREE",
+            "{v}[0] == " + str(module_tree.VERSION[0]),
+            {"v": module_tree.VERSION},
+            "nn.Module structure unchanged",
+        )
+    )
+
+
+def python_dunder(obj, name: str):
+    """The user-level (Python) implementation of a dunder on obj's type, or None."""
+    if isinstance(obj, torch.Tensor):
+        return None
+    fn = _class_attr(type(obj), name)
+    if type(fn) is types.FunctionType and _inlinable_fn(fn):
+        return fn
+    return None
+
+
+def store_attr(interp, obj: Any, name: str, value: Any) -> None:
+    tracer = interp.tracer
+    if isinstance(obj, torch.Tensor):
+        tracer.graph_break(
+            f"assignment to tensor attribute .{name}", "do it outside the compiled function"
+        )
+    setattr(obj, name, value)
+    tracer.mutated_attrs.add((id(obj), name))
+    src = tracer.source_of(obj)
+    if src is not None:
+        tracer.side_effects.store_attr(obj, src, name)
+        tracer.effects_visible = True
+
+
+def delete_attr(interp, obj: Any, name: str) -> None:
+    store_attr_like = interp.tracer
+    delattr(obj, name)
+    store_attr_like.mutated_attrs.add((id(obj), name))
+    src = store_attr_like.source_of(obj)
+    if src is not None:
+        store_attr_like.side_effects.store_attr(obj, src, name)
+        store_attr_like.effects_visible = True
+
+
+def _class_attr(cls: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
+
+
+def _inlinable_fn(fn) -> bool:
+    from .calls import _inlinable
+
+    return _inlinable(fn)

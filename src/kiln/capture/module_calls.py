@@ -1,0 +1,80 @@
+"""`module(*args)` inside a trace: what `nn.Module.__call__` does, on kiln's interpreter.
+
+Takes a module and call arguments; gives forward's result after running the global and the
+module's own forward pre-hooks and hooks, guarding that the hook dictionaries are still what
+they were (one cheap check when they are empty, as they almost always are).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import guards as G
+from .attributes import load_attr
+from .sources import AttrSource, GlobalSource
+
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
+_mod_globals = None
+
+
+def call_module(interp, mod: torch.nn.Module, args: tuple, kwargs: dict, site=None) -> Any:
+    """`mod(*args)` as Module.__call__ runs it: pre-hooks, forward, forward hooks."""
+    tracer = interp.tracer
+    d = mod.__dict__
+    src = tracer.source_of(mod)
+    _guard_global_hooks(tracer)
+    if src is not None and tracer.recording:
+        check = " and ".join(f"not {{s}}.{h}" for h in _HOOK_DICTS)
+        if not any(d.get(h) for h in _HOOK_DICTS):
+            tracer.guards.add(G.Guard(src, "HOOKS", check, {}, "has no hooks"))
+        else:
+            for h in _HOOK_DICTS:
+                tracer.track(d.get(h), AttrSource(src, h))
+    if d.get("_backward_hooks") or d.get("_backward_pre_hooks"):
+        tracer.graph_break("module backward hooks are not supported inside a graph")
+    gm = torch.nn.modules.module
+    pre = [*gm._global_forward_pre_hooks.items(), *d.get("_forward_pre_hooks", {}).items()]
+    for hook_id, hook in pre:
+        if hook_id in d.get("_forward_pre_hooks_with_kwargs", ()):
+            result = _call(interp, hook, (mod, args, kwargs), {})
+            if result is not None:
+                args, kwargs = result
+        else:
+            result = _call(interp, hook, (mod, args), {})
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+    forward = load_attr(interp, mod, "forward")
+    post = [*gm._global_forward_hooks.items(), *d.get("_forward_hooks", {}).items()]
+    out = _call(interp, forward, args, kwargs, None if post else site)
+    for hook_id, hook in post:
+        if hook_id in d.get("_forward_hooks_with_kwargs", ()):
+            result = _call(interp, hook, (mod, args, kwargs, out), {})
+        else:
+            result = _call(interp, hook, (mod, args, out), {})
+        if result is not None:
+            out = result
+    return out
+
+
+def _guard_global_hooks(tracer) -> None:
+    if getattr(tracer, "_global_hooks_guarded", False) or not tracer.recording:
+        return
+    tracer._global_hooks_guarded = True
+    g = torch.nn.modules.module.__dict__
+    for name in (
+        "_global_forward_pre_hooks",
+        "_global_forward_hooks",
+        "_global_backward_hooks",
+        "_global_backward_pre_hooks",
+    ):
+        tracer.guards.add(
+            G.Guard(GlobalSource(g, name, False), "HOOKS", "not {s}", {}, "no global module hooks")
+        )
+
+
+def _call(interp, fn, args, kwargs, site=None):
+    from .calls import interp_call
+
+    return interp_call(interp, fn, args, kwargs, site)
