@@ -8,6 +8,10 @@ inside, one block per member — a reduction loop into a scalar accumulator, a `
 loop over the row's elements for consecutive elementwise members, or one scalar for a per-row
 member. Values a later member reads from an earlier one in the same row stay in registers;
 only what leaves the kernel is stored. Half types are stored as such and computed in float.
+A costly value a reduction's loop computes and a later elementwise member recomputes element
+for element (softmax's `exp(x - max)`) is kept in that member's output row instead
+(`_shared_values`). Buffers are indexed from their `data_ptr()`, which already includes any
+storage offset.
 
 Why it exists: the renderer half of the cpu device (STYLE.md item 5); it knows C++ syntax and
 nothing about building or running.
