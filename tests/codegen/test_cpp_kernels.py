@@ -236,3 +236,17 @@ def test_alias_of_an_extern_output_whose_real_strides_differ_from_its_meta():
     compiled = compile_graph_strict(gm, [x, k, v])
     for args in ((x, k, v), tuple(fresh_like(t) for t in (x, k, v))):
         torch.testing.assert_close(compiled(*args)[0], fn(*args)[0])
+
+
+def test_column_sums_are_summed_a_block_of_columns_at_a_time():
+    # Bias-gradient sums reduce over rows of a row-major tensor: read row by row they stride
+    # through memory. Rendered as column kernels they read it in order (96 columns: a full
+    # block of 64 and a partial one).
+    # (Columns of 128 rows: over much longer ones eager's own float32 rounding error alone
+    # exceeds assert_close's defaults; kiln sums columns in double, eager in float.)
+    def fn(g, x):
+        return g.sum(0), (g * x).sum(0) * 2 + 1, g.view(4, 32, 96).sum((0, 1))
+
+    c = check(fn, torch.randn(128, 96), torch.randn(128, 96))
+    assert "xb += 64" in c.cpp_source
+    assert "#pragma omp simd reduction" not in c.cpp_source.split('extern "C"', 1)[1]

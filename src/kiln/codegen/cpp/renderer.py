@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import sympy
 
 from ...lower.indexing import delinearize, index_vars, linearize, reduce_vars, sympy_str
-from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, walk
+from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, loads, walk
 from ...schedule import Kernel, Schedule
 from ...schedule.realize import reindex
 from .ops import (
@@ -226,6 +226,8 @@ def render_kernel(kernel: Kernel, nodes: dict) -> CppKernel:
     parallel_rows = kernel.outer > 1 and numel >= PARALLEL_MIN_ELEMENTS
     only_inner = all(isinstance(nodes[m.name], Pointwise) and not m.per_row for m in kernel.members)
     flat_parallel = kernel.outer == 1 and only_inner and numel >= PARALLEL_MIN_ELEMENTS
+    if _is_column_kernel(kernel, nodes):
+        return _render_columns(k, parallel_rows)
     members = list(kernel.members)
     while members:
         m = members.pop(0)
@@ -259,6 +261,115 @@ def render_kernel(kernel: Kernel, nodes: dict) -> CppKernel:
 
 def _dtype(node):
     return node.dtype if isinstance(node, (Pointwise, Reduction)) else node.layout.dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# Column reductions: sums whose rows are contiguous across the row index (a bias gradient sums
+# a [tokens, features] tensor over tokens). Read row by row they load one element per cache
+# line, unvectorized; instead a block of COLUMN_BLOCK rows is summed together, the reduced
+# index outermost and the row index in a vectorized inner loop over an array of accumulators.
+# ---------------------------------------------------------------------------------------------
+
+COLUMN_BLOCK = 64
+COLUMN_CHUNK = 8  # rows summed into a partial before it joins the column's total
+
+
+def _storage_coefficients(node, k: _KernelContext):
+    """(coefficient of x, coefficient of r) of every load of a buffer outside the kernel in
+    `node`'s body, with x/r the kernel's row and reduced positions; None if not affine."""
+    from ...lower.indexing import affine_coefficients, is_affine, simplify_index
+
+    sub = dict(zip(index_vars(len(node.size)), delinearize(_X, tuple(node.size))))
+    sub.update(zip(reduce_vars(len(node.reduce_size)), delinearize(_R, tuple(node.reduce_size))))
+    out = []
+    for ld in loads(node.body):
+        if ld.buf in k.in_kernel:
+            return None
+        lay = k.nodes[ld.buf].layout
+        pos = simplify_index(linearize([e.xreplace(sub) for e in ld.index], lay.stride))
+        if not is_affine(pos, (_X, _R)):
+            return None
+        (cx, cr), _ = affine_coefficients(pos, (_X, _R))
+        out.append((cx, cr))
+    return out
+
+
+def _is_column_kernel(kernel: Kernel, nodes: dict) -> bool:
+    """Float sums only (any per-row members after them), every load strided along the reduced
+    position and contiguous along the row: then a column layout reads memory in order."""
+    k = _KernelContext(kernel, nodes)
+    reds = [nodes[m.name] for m in kernel.members if isinstance(nodes[m.name], Reduction)]
+    if not reds or kernel.outer < 8 or kernel.inner < 2:
+        return False
+    if any(not m.per_row for m in kernel.members if isinstance(nodes[m.name], Pointwise)):
+        return False
+    for red in reds:
+        if red.reduce_type != "sum" or compute_ctype(red.dtype) not in ("float", "double"):
+            return False
+        coeffs = _storage_coefficients(red, k)
+        if not coeffs or any(cx not in (0, 1) or cr in (0, 1) for cx, cr in coeffs):
+            return False
+        if all(cx == 0 for cx, _ in coeffs):
+            return False
+    return True
+
+
+def _render_columns(k: _KernelContext, parallel: bool) -> CppKernel:
+    kernel, nodes, B = k.kernel, k.nodes, COLUMN_BLOCK
+    reds = [m for m in kernel.members if isinstance(nodes[m.name], Reduction)]
+    body: list[str] = []
+    ind = "    "
+    body.append(f"{ind}const int64_t xe = xb + {B} < {kernel.outer} ? xb + {B} : {kernel.outer};")
+    C = COLUMN_CHUNK
+    for m in reds:  # a total and a chunk's partial sum per column, in double: summed in
+        # order, a column's rounding error grows with its length (eager sums pairwise)
+        body.append(f"{ind}double acc_{m.name}[{B}], part_{m.name}[{B}];")
+        body.append(f"{ind}for (int64_t x = xb; x < xe; ++x) acc_{m.name}[x - xb] = 0;")
+    body.append(f"{ind}for (int64_t rb = 0; rb < {kernel.inner}; rb += {C}) {{")
+    body.append(f"{ind}  const int64_t re = rb + {C} < {kernel.inner} ? rb + {C} : {kernel.inner};")
+    for m in reds:
+        body.append(f"{ind}  for (int64_t x = xb; x < xe; ++x) part_{m.name}[x - xb] = 0;")
+    body.append(f"{ind}  for (int64_t r = rb; r < re; ++r) {{")
+    body.append(f"{ind}    #pragma omp simd")
+    body.append(f"{ind}    for (int64_t x = xb; x < xe; ++x) {{")
+    inner = ind + "        "
+    for m in reds:  # each in its own scope: they bind the same index names
+        node = nodes[m.name]
+        body.append(f"{ind}      {{")
+        _bind(body, inner, index_vars(len(node.size)), node.size, _X)
+        _bind(body, inner, reduce_vars(len(node.reduce_size)), node.reduce_size, _R)
+        v = _Body(k, body, inner).emit(node.body)
+        body.append(f"{inner}part_{m.name}[x - xb] += {v};")
+        body.append(f"{ind}      }}")
+    body.append(f"{ind}    }}")
+    body.append(f"{ind}  }}")
+    for m in reds:
+        a, pt = f"acc_{m.name}[x - xb]", f"part_{m.name}[x - xb]"
+        body.append(f"{ind}  for (int64_t x = xb; x < xe; ++x) {a} += {pt};")
+    body.append(f"{ind}}}")
+    body.append(f"{ind}for (int64_t x = xb; x < xe; ++x) {{")
+    for m in kernel.members:
+        node = nodes[m.name]
+        if isinstance(node, Reduction):
+            ct = compute_ctype(node.dtype)
+            k.values[node.name] = f"static_cast<{ct}>(acc_{node.name}[x - xb])"
+            _store(k, node, _X, k.values[node.name], ind + "  ", body)
+        else:
+            _per_row(k, node, body, ind + "  ")
+    body.append(f"{ind}}}")
+    params = tuple(k.params)
+    sig = ", ".join(
+        f"{'' if k.params[p] else 'const '}{CTYPES[_dtype(nodes[p])]}* __restrict__ {p}"
+        for p in params
+    )
+    lines = [f'extern "C" void {kernel.name}({sig}) {{']
+    if parallel:
+        lines.append("  #pragma omp parallel for")
+    lines.append(f"  for (int64_t xb = 0; xb < {kernel.outer}; xb += {B}) {{")
+    lines.extend(body)
+    lines.append("  }")
+    lines.append("}")
+    return CppKernel(kernel.name, params, "\n".join(lines))
 
 
 def render_module(sched: Schedule) -> CppModule:
