@@ -121,34 +121,50 @@ def test_requires_grad_and_grad_mode_are_guarded():
     assert len(backend.graphs) == 3
 
 
-def test_recompile_log_names_guard_and_value(caplog):
+class _Collect(logging.Handler):
+    """Collects one kiln log's messages, whatever other tests did to logging's settings."""
+
+    def __init__(self, name: str):
+        super().__init__(level=logging.DEBUG)
+        self.logger = logging.getLogger(name)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+    def __enter__(self):
+        self.old_level = self.logger.level
+        self.logger.addHandler(self)
+        self.logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.old_level)
+
+
+def test_recompile_log_names_guard_and_value():
     kiln.set_logs("recompiles")
     try:
-        f = kiln.compile(lambda x: x + 1, backend="eager")
-        with caplog.at_level(logging.INFO, logger="kiln"):
-            logging.getLogger("kiln").propagate = True
+        with _Collect("kiln.recompiles") as log:
+            f = kiln.compile(lambda x: x + 1, backend="eager")
             f(torch.randn(2))
             f(torch.randn(5))
     finally:
         kiln.set_logs()
-        logging.getLogger("kiln").propagate = False
-    text = "\n".join(r.getMessage() for r in caplog.records)
+    text = "\n".join(log.messages)
     assert "L['x']" in text and "shape=[5]" in text, text
 
 
-def test_cache_limit_falls_back_to_eager_with_warning(caplog):
+def test_cache_limit_falls_back_to_eager_with_warning():
     f = kiln.compile(lambda x, n: x * n, backend="eager", options={"cache_size_limit": 3})
     x = torch.randn(2)
-    logging.getLogger("kiln").propagate = True
-    try:
-        with caplog.at_level(logging.WARNING, logger="kiln"):
-            for n in range(6):
-                torch.testing.assert_close(f(x, n), x * n)
-    finally:
-        logging.getLogger("kiln").propagate = False
+    with _Collect("kiln.fallbacks") as log:
+        for n in range(6):
+            torch.testing.assert_close(f(x, n), x * n)
     state = f._kiln_compiled
     assert len(state.entries) == 3 and state.eager_reason == "cache size limit"
-    assert any("cache_size_limit" in r.getMessage() for r in caplog.records)
+    assert any("cache_size_limit" in m for m in log.messages)
 
 
 def test_same_tensor_twice_is_guarded_as_alias():
