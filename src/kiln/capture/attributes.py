@@ -83,6 +83,9 @@ def _attr_source(tracer, obj, src, name, value):
 
 
 def _tree_guard(tracer) -> None:
+    if tracer.tree_guarded:  # one guard per trace covers every structural read
+        return
+    tracer.tree_guarded = True
     module_tree.install()
     tracer.guards.add(
         G.Guard(

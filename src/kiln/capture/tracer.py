@@ -66,6 +66,7 @@ class Tracer:
         self.inner_cells: set[int] = set()
         self.inner_functions: set[int] = set()
         self.created_objects: set[int] = set()  # user-class instances made during the trace
+        self.tree_guarded = False  # the module-structure guard is added once per trace
         self.interp = None  # set by the frontend; consulted to decide if a break can resume
         self.dynamic_policy = None  # (source, tensor) -> dims to make symbolic; set by frontend
         self.dyn = None  # DynamicShapes, created by the first dynamic input
