@@ -29,6 +29,7 @@ from ..runtime.cpp_builder import CompilerNotFound, build
 from ..schedule import schedule
 from .compiled import CompiledGraph, make_namespace
 from .cpp.renderer import render_module
+from .devices import eager_callable
 from .wrapper import render_wrapper
 
 
@@ -44,15 +45,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options 
         logs.log("perf_hints", f"graph runs eagerly: {e}")
     except CompilerNotFound as e:
         logs.warn_once("kiln-no-compiler", f"{e} Running graphs eagerly.")
-    return _eager(gm)
-
-
-def _eager(gm: torch.fx.GraphModule):
-    def run(*args):
-        out = gm(*args)
-        return tuple(out) if isinstance(out, (list, tuple)) else (out,)
-
-    return run
+    return eager_callable(gm)
 
 
 def compile_graph_strict(gm, example_inputs, *, options: Options | None = None) -> CompiledGraph:

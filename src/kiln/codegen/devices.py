@@ -85,7 +85,10 @@ def compiler_for(type: str) -> Callable | None:
     return entry.load() if entry is not None else None
 
 
-def _eager(gm: torch.fx.GraphModule):
+def eager_callable(gm: torch.fx.GraphModule):
+    """The graph on eager ATen kernels, with the compiled callables' flat-tuple contract: the
+    fallback every code generator returns when it cannot take a graph."""
+
     def run(*args):
         out = gm(*args)
         return tuple(out) if isinstance(out, (list, tuple)) else (out,)
@@ -100,8 +103,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options=None):
     if compiler is None:
         known = ", ".join(sorted(DEVICES))
         logs.log("perf_hints", f"graph runs eagerly: no code generator for {kind} ({known})")
-        return _eager(gm)
+        return eager_callable(gm)
     return compiler(gm, example_inputs, options=options)
 
 
-__all__ = ["DEVICES", "Device", "compile_graph", "compiler_for", "device_type", "register_device"]
+__all__ = [
+    "DEVICES",
+    "Device",
+    "compile_graph",
+    "compiler_for",
+    "device_type",
+    "eager_callable",
+    "register_device",
+]

@@ -29,6 +29,7 @@ from ...options import Options
 from ...runtime.triton_builder import TritonNotFound, load, require_triton
 from ...schedule import schedule
 from ..compiled import CompiledGraph
+from ..devices import eager_callable
 from .renderer import TritonKernel, TritonModule, render_module
 from .wrapper import render_wrapper
 
@@ -52,15 +53,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options 
         logs.log("perf_hints", f"graph runs eagerly: {e}")
     except TritonNotFound as e:
         logs.warn_once("kiln-no-triton", f"{e} Running graphs eagerly.")
-    return _eager(gm)
-
-
-def _eager(gm: torch.fx.GraphModule):
-    def run(*args):
-        out = gm(*args)
-        return tuple(out) if isinstance(out, (list, tuple)) else (out,)
-
-    return run
+    return eager_callable(gm)
 
 
 def compile_graph_strict(
