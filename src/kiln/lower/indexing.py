@@ -179,43 +179,63 @@ def _strides(size) -> list:
 # ---------------------------------------------------------------------------------------------
 
 
+class IndexPrinter:
+    """Prints integer index arithmetic. The syntax is shared by IR dumps, C++ and Triton; only
+    division, remainder, min/max and parenthesis rules differ, and a renderer overrides just
+    those (STYLE.md item 5: language differences in small overrides)."""
+
+    def doprint(self, e) -> str:
+        if isinstance(e, int):
+            return str(e)
+        if e.is_Integer or e.is_Symbol:
+            return str(e)
+        if e.is_Add:
+            terms = sorted(e.args, key=lambda t: (t.is_Number, str(t)))
+            out = self.doprint(terms[0])
+            for t in terms[1:]:
+                coeff, _ = t.as_coeff_Mul()
+                if coeff.is_Number and coeff < 0:
+                    out += f" - {self.paren(-t)}"
+                else:
+                    out += f" + {self.doprint(t)}"
+            return out
+        if e.is_Mul:
+            return "*".join(self.paren(a) for a in e.args)
+        if isinstance(e, FloorDiv):
+            return self.floordiv(self.paren(e.args[0]), self.paren(e.args[1]))
+        if isinstance(e, ModularIndexing):
+            return self.mod(self.paren(e.args[0]), self.paren(e.args[1]))
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            out = self.doprint(e.args[0])
+            for a in e.args[1:]:
+                out = self.minmax(isinstance(e, sympy.Min), out, self.doprint(a))
+            return out
+        raise NotImplementedError(f"cannot print index expression {e!r}{self.for_whom}")
+
+    for_whom = ""
+
+    # C++ (and IR dumps): indices are non-negative, so `/` truncating is floor division
+    def floordiv(self, a: str, b: str) -> str:
+        return f"{a}/{b}"
+
+    def mod(self, a: str, b: str) -> str:
+        return f"{a}%{b}"
+
+    def minmax(self, is_min: bool, a: str, b: str) -> str:
+        return f"{'std::min' if is_min else 'std::max'}<int64_t>({a}, {b})"
+
+    def paren(self, e) -> str:
+        s = self.doprint(e)
+        return s if plain_operand(e) else f"({s})"
+
+
+def plain_operand(e) -> bool:
+    """Needs no parentheses as an operand: a non-negative integer or a symbol."""
+    return isinstance(e, int) or e.is_Integer and e >= 0 or e.is_Symbol
+
+
+_CPP = IndexPrinter()
+
+
 def sympy_str(e) -> str:
-    if isinstance(e, int):
-        return str(e)
-    if e.is_Integer or e.is_Symbol:
-        return str(e)
-    if e.is_Add:
-        terms = sorted(e.args, key=lambda t: (t.is_Number, str(t)))
-        out = sympy_str(terms[0])
-        for t in terms[1:]:
-            coeff, rest = t.as_coeff_Mul()
-            if coeff.is_Number and coeff < 0:
-                neg = -t
-                out += f" - {_paren(neg)}"
-            else:
-                out += f" + {sympy_str(t)}"
-        return out
-    if e.is_Mul:
-        return "*".join(_paren(a) for a in e.args)
-    if isinstance(e, FloorDiv):
-        return f"{_paren(e.args[0])}/{_paren(e.args[1])}"
-    if isinstance(e, ModularIndexing):
-        return f"{_paren(e.args[0])}%{_paren(e.args[1])}"
-    if isinstance(e, sympy.Min):
-        return _minmax("std::min", e.args)
-    if isinstance(e, sympy.Max):
-        return _minmax("std::max", e.args)
-    raise NotImplementedError(f"cannot print index expression {e!r}")
-
-
-def _minmax(fn: str, args) -> str:
-    out = sympy_str(args[0])
-    for a in args[1:]:
-        out = f"{fn}<int64_t>({out}, {sympy_str(a)})"
-    return out
-
-
-def _paren(e) -> str:
-    s = sympy_str(e)
-    simple = isinstance(e, int) or e.is_Integer and e >= 0 or e.is_Symbol
-    return s if simple else f"({s})"
+    return _CPP.doprint(e)

@@ -22,11 +22,13 @@ import sympy
 
 from ...lower.indexing import (
     FloorDiv,
+    IndexPrinter,
     ModularIndexing,
     affine_coefficients,
     delinearize,
     is_affine,
     linearize,
+    plain_operand,
 )
 
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
@@ -98,41 +100,33 @@ def mask_for(expr: sympy.Expr, masked: set) -> str | None:
     return " & ".join(used) if used else None
 
 
+class _TritonIndexPrinter(IndexPrinter):
+    """Python/Triton spelling: floor division and remainder operators, tl.minimum/maximum, and
+    no parentheses around an expression that already has them."""
+
+    for_whom = " for Triton"
+
+    def floordiv(self, a: str, b: str) -> str:
+        return f"({a} // {b})"
+
+    def mod(self, a: str, b: str) -> str:
+        return f"({a} % {b})"
+
+    def minmax(self, is_min: bool, a: str, b: str) -> str:
+        return f"{'tl.minimum' if is_min else 'tl.maximum'}({a}, {b})"
+
+    def paren(self, e) -> str:
+        s = self.doprint(e)
+        enclosed = s.startswith("(") and s.endswith(")") and _balanced(s)
+        return s if plain_operand(e) or enclosed else f"({s})"
+
+
+_TRITON = _TritonIndexPrinter()
+
+
 def tl_str(e) -> str:
     """Triton (Python) spelling of an integer index expression."""
-    if isinstance(e, int):
-        return str(e)
-    if e.is_Integer or e.is_Symbol:
-        return str(e)
-    if e.is_Add:
-        terms = sorted(e.args, key=lambda t: (t.is_Number, str(t)))
-        out = tl_str(terms[0])
-        for t in terms[1:]:
-            coeff, _ = t.as_coeff_Mul()
-            if coeff.is_Number and coeff < 0:
-                out += f" - {_paren(-t)}"
-            else:
-                out += f" + {tl_str(t)}"
-        return out
-    if e.is_Mul:
-        return "*".join(_paren(a) for a in e.args)
-    if isinstance(e, FloorDiv):
-        return f"({_paren(e.args[0])} // {_paren(e.args[1])})"
-    if isinstance(e, ModularIndexing):
-        return f"({_paren(e.args[0])} % {_paren(e.args[1])})"
-    if isinstance(e, (sympy.Min, sympy.Max)):
-        fn = "tl.minimum" if isinstance(e, sympy.Min) else "tl.maximum"
-        out = tl_str(e.args[0])
-        for a in e.args[1:]:
-            out = f"{fn}({out}, {tl_str(a)})"
-        return out
-    raise NotImplementedError(f"cannot print index expression {e!r} for Triton")
-
-
-def _paren(e) -> str:
-    s = tl_str(e)
-    simple = isinstance(e, int) or (e.is_Integer and e >= 0) or e.is_Symbol
-    return s if simple or s.startswith("(") and s.endswith(")") and _balanced(s) else f"({s})"
+    return _TRITON.doprint(e)
 
 
 def _balanced(s: str) -> bool:
