@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 PY = sys.version_info[:2]
-SUPPORTED = ((3, 11), (3, 12), (3, 13))
 
 _HANDLERS: dict[str, Callable] = {}
 

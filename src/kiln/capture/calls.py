@@ -61,8 +61,6 @@ NATIVE_PY_MODULES = (
     "torch._utils",
     "torch.utils.hooks",
 )
-# ... except these, which must be inlined because they make decisions on their inputs
-INLINE_PY = set()
 
 PURE_BUILTINS = {
     abs,

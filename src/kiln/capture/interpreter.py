@@ -18,7 +18,6 @@ from .bytecode import CodeInfo, code_info
 from .errors import KilnInternal
 
 NULL = type("NULL", (), {"__repr__": lambda self: "NULL"})()
-UNBOUND = NULL
 
 RETURN = 0
 YIELD = 1
@@ -40,12 +39,10 @@ class Frame:
         "stack",
         "pc",
         "kw_names",
-        "is_root",
-        "root_globals",
         "parent",
     )
 
-    def __init__(self, fn: types.FunctionType, locals_: dict, is_root: bool = False) -> None:
+    def __init__(self, fn: types.FunctionType, locals_: dict) -> None:
         self.fn = fn
         self.code = fn.__code__
         self.info: CodeInfo = code_info(self.code)
@@ -56,7 +53,6 @@ class Frame:
         self.stack: list[Any] = []
         self.pc = 0
         self.kw_names: tuple = ()
-        self.is_root = is_root
         self.parent: Frame | None = None  # the frame whose CALL receives our return value
 
     def location(self) -> tuple[str, int | None, str]:

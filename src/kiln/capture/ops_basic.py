@@ -220,24 +220,22 @@ def op_load_name(interp, frame, inst):
 
 @opcode("STORE_GLOBAL")
 def op_store_global(interp, frame, inst):
-    g = frame.globals
-    g[inst.argval] = frame.stack.pop()
-    tracer = interp.tracer
-    tracer.mutated_attrs.add((id(g), inst.argval))
-    tracer.side_effects.store_global(g, ConstSource(g, "globals"), inst.argval)
-    tracer.effects_visible = True
+    frame.globals[inst.argval] = frame.stack.pop()
+    _note_global_store(interp, frame, inst.argval)
 
 
 @opcode("DELETE_GLOBAL")
 def op_delete_global(interp, frame, inst):
     del frame.globals[inst.argval]
-    op_mark_global(interp, frame, inst.argval)
+    _note_global_store(interp, frame, inst.argval)
 
 
-def op_mark_global(interp, frame, name):
+def _note_global_store(interp, frame, name):
+    """A global was assigned or deleted: stop guarding it; replay its final state later."""
     tracer = interp.tracer
     tracer.mutated_attrs.add((id(frame.globals), name))
     tracer.side_effects.store_global(frame.globals, ConstSource(frame.globals, "globals"), name)
+    tracer.effects_visible = True
 
 
 # ---- attributes --------------------------------------------------------------------------------
