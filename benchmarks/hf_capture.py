@@ -1,4 +1,4 @@
-"""Hugging Face GPT-2 and BERT through kiln's capture and through torch.compile's (issue 3).
+"""Hugging Face GPT-2, BERT and Llama through kiln's capture and through torch.compile's (issue 3).
 
 Builds each model from a small config with random weights (no downloads), compiles it with a
 graph-counting backend under kiln and under torch.compile, checks both against eager on fresh
@@ -15,14 +15,43 @@ import torch
 
 
 def models():
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+    from transformers import (
+        BertConfig,
+        BertModel,
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
 
-    gpt2 = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=128,
-                      bos_token_id=0, eos_token_id=0)
-    bert = BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                      intermediate_size=128, vocab_size=1000)
+    gpt2 = GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        vocab_size=1000,
+        n_positions=128,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    bert = BertConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=1000,
+    )
+    llama = LlamaConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=1000,
+        max_position_embeddings=128,
+    )
     yield "gpt2", lambda: GPT2LMHeadModel(gpt2).eval()
     yield "bert", lambda: BertModel(bert).eval()
+    yield "llama", lambda: LlamaForCausalLM(llama).eval()
 
 
 def run(compile_fn, make_model) -> dict:
@@ -60,8 +89,10 @@ def main() -> int:
         torch._dynamo.reset()
         ids = torch.randint(0, 1000, (2, 16))
         explain = torch._dynamo.explain(make())(ids)
-        print(f"| {name} | torch.compile | {t['graphs']} | {explain.graph_break_count} | "
-              f"{t['correct']} |")
+        print(
+            f"| {name} | torch.compile | {t['graphs']} | {explain.graph_break_count} | "
+            f"{t['correct']} |"
+        )
     return 0
 
 

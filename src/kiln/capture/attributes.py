@@ -9,6 +9,7 @@ attribute is guarded through its path. Python properties defined by user code ar
 from __future__ import annotations
 
 import types
+from contextvars import Token
 from typing import Any
 
 import torch
@@ -28,6 +29,8 @@ def load_attr(interp, obj: Any, name: str) -> Any:
     tracer = interp.tracer
     if isinstance(obj, torch.Tensor):
         return getattr(obj, name)
+    if type(obj) is Token and tracer.recording:
+        return tracer.context_vars.token_attr(obj, name)
     prop = _class_attr(type(obj), name)
     if (
         type(prop) is property

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import functools
 import types
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 
+from . import context_vars
 from .attributes import (  # noqa: F401  (re-exported: handlers import them from here)
     STRUCTURE,
     _attr_source,
@@ -288,6 +290,8 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
     if special is not None:
         return special(interp, args, kwargs)
     owner = getattr(fn, "__self__", None)
+    if type(owner) is ContextVar or getattr(fn, "__objclass__", None) is ContextVar:
+        return context_vars.call(interp, fn, args, kwargs)
     name = getattr(fn, "__name__", type(fn).__name__)
     if isinstance(owner, CONTAINERS) and not isinstance(owner, type):
         if name in MUTATING and tracer.recording:

@@ -167,7 +167,7 @@ class CompiledFunction:
             raise Unsupported(f"{self.label}: {e.message}") from None
         except AbortTrace as e:
             self._give_up(e.reason, tracer)
-            if tracer.effects_visible:
+            if tracer.effects_visible or not tracer.context_vars.undo():
                 raise RuntimeError(
                     f"kiln: could not finish tracing {self.label} ({e.reason}) after it had "
                     "changed state outside the function; please report this. Run it with "

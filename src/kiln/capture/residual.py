@@ -48,6 +48,11 @@ class Rebuilder:
         self._held.append(value)
         return name
 
+    def memo_name(self, value: Any, name: str) -> None:
+        """`value` is reachable as `name` in the residual (a token a replayed call returned)."""
+        self._memo[id(value)] = name
+        self._held.append(value)
+
     def output_of(self, node: fx.Node) -> str:
         if node not in self._out_index:
             self._out_index[node] = len(self.outputs)
@@ -196,6 +201,7 @@ def rebuild_object(cls, state: dict):
 def side_effect_lines(tracer, rb: Rebuilder) -> list[str]:
     lines = []
     namer = rb.namer
+    tracer.context_vars.replay(rb)
     for eff in tracer.side_effects.effects:
         if eff.kind == "attr":
             target = eff.source.expr(namer)

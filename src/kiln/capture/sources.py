@@ -1,9 +1,10 @@
 """Sources: where a value the trace read came from, as an expression over the frame's inputs.
 
 Takes nothing but describes paths: `L['x']`, `G['CONST']`, `L['self'].fc.weight`, a closure
-cell, an item of a container. Guards are written over sources; the residual program fetches
-graph inputs through them. Each source prints two ways: `describe()` for people and
-`expr(namer)` for the generated guard/residual code, where held objects become `___cN` names.
+cell, an item of a container, a ContextVar's value. Guards are written over sources; the
+residual program fetches graph inputs through them. Each source prints two ways: `describe()`
+for people and `expr(namer)` for the generated guard/residual code, where held objects become
+`___cN` names.
 """
 
 from __future__ import annotations
@@ -101,6 +102,22 @@ class CellSource(Source):
 
     def expr(self, namer: Namer) -> str:
         return f"{namer.const(self.cell, 'cell')}.cell_contents"
+
+
+UNSET = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
+
+
+@dataclass(frozen=True, eq=False)
+class ContextVarSource(Source):
+    """What a `contextvars.ContextVar` holds in the caller's context (`UNSET` when nothing)."""
+
+    var: Any
+
+    def describe(self) -> str:
+        return f"ContextVar({self.var.name!r}).get()"
+
+    def expr(self, namer: Namer) -> str:
+        return f"{namer.const(self.var, 'cv')}.get({namer.const(UNSET, 'unset')})"
 
 
 @dataclass(frozen=True, eq=False)

@@ -10,6 +10,7 @@ say) is a graph break: the trace goes on concretely, so the call still finishes 
 
 from __future__ import annotations
 
+import contextvars
 import operator
 import re
 import types
@@ -22,6 +23,7 @@ import torch.fx as fx
 from torch.overrides import TorchFunctionMode
 
 from . import guards as G
+from .context_vars import ContextVarModel
 from .errors import FullgraphBreak
 from .side_effects import SideEffects
 from .sources import AttrSource, ConstSource, Source
@@ -58,6 +60,7 @@ class Tracer:
         self.sources: dict[int, tuple[Any, Source]] = {}
         self.guards = G.GuardSet()
         self.side_effects = SideEffects()
+        self.context_vars = ContextVarModel(self)
         self.constants: dict[str, torch.Tensor] = {}
         self.broken: Break | None = None
         self.effects_visible = False
@@ -461,6 +464,7 @@ def _identity_matters(value: Any) -> bool:
         isinstance(
             value,
             (
+                contextvars.ContextVar,
                 torch.nn.Module,
                 types.FunctionType,
                 types.BuiltinFunctionType,
