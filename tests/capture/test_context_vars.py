@@ -214,3 +214,20 @@ def test_fullgraph_accepts_context_vars():
     compiled = kiln.compile(collector_forward, backend=CountingBackend(), fullgraph=True)
     x, w = torch.randn(2, 4), torch.randn(4, 4)
     assert_same(_run(compiled, {}, (x, w)), _run(collector_forward, {}, (x, w)))
+
+
+def test_a_trace_that_stops_early_puts_the_variable_back_before_eager_reruns(monkeypatch):
+    from kiln.capture import bytecode
+
+    def uses_a_set_display(x):
+        token = MODE.set("inside")
+        sizes = {x.dim(), 7}  # BUILD_SET: made unknown to the interpreter below
+        MODE.reset(token)
+        return x * len(sizes)
+
+    monkeypatch.setitem(bytecode._HANDLERS, "BUILD_SET", bytecode._unknown)
+    compiled = kiln.compile(uses_a_set_display, backend=CountingBackend())
+    for setup in ({}, {MODE: "shift"}):
+        x = torch.randn(3)
+        assert_same(_run(compiled, setup, (x,)), _run(uses_a_set_display, setup, (x,)))
+    assert "BUILD_SET" in compiled._kiln_compiled.eager_reason
