@@ -6,11 +6,12 @@ nodes whose sizes and indices are sympy expressions.
 
 Files: ir.py (the nodes), indexing.py (index arithmetic and its printer), ops.py (the scalar
 op vocabulary), registry.py (the self-checking lowering registry), context.py (what lowerings
-use), pointwise.py / reductions.py / views.py (the lowerings), graph.py (the walk over the FX
-graph), verify.py (the IR verifier).
+use), pointwise.py / reductions.py / views.py / indirect.py (the lowerings; indirect.py's read
+at indices loaded from memory), graph.py (the walk over the FX graph), verify.py (the IR
+verifier).
 """
 
-from . import pointwise, reductions, views  # noqa: F401  (register the lowerings)
+from . import indirect, pointwise, reductions, views  # noqa: F401  (register the lowerings)
 from .graph import EXTERN_COUNTS, GraphUnsupported, extern_summary, lower_graph
 from .ir import LoopGraph
 from .registry import Unsupported, register_lowering, registered_ops

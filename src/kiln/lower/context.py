@@ -47,8 +47,16 @@ SUPPORTED_DTYPES = (
 )
 
 
+# Device types whose renderer can read memory at an index loaded from memory (`Indirect`):
+# C++ binds each to a clamped int64 variable. Triton's renderer cannot yet, so CUDA graphs keep
+# gather/embedding/index as extern calls.
+INDIRECT_LOAD_DEVICES = frozenset({"cpu"})
+
+
 class LoweringContext:
-    def __init__(self) -> None:
+    def __init__(self, *, indirect_loads: bool = False) -> None:
+        self.indirect_loads = indirect_loads  # may lowerings emit `Indirect` index terms
+        self.checks: dict = {}  # (index buffer, size, wrap) -> its bounds check (indirect.py)
         self.nodes: dict[str, Node] = {}
         self._ids = itertools.count()
         self.out = None  # the fake value of the node being lowered

@@ -17,7 +17,7 @@ import operator
 import torch
 
 from .. import logs
-from .context import SUPPORTED_DTYPES, LoweringContext
+from .context import INDIRECT_LOAD_DEVICES, SUPPORTED_DTYPES, LoweringContext
 from .ir import BufRef, Constant, Extern, ExternItem, Input, Layout, LoopGraph
 from .registry import Unsupported, lowering_for
 
@@ -104,9 +104,26 @@ def _extern(ctx: LoweringContext, target, args, kwargs, val, reason: str):
     return tuple(items)
 
 
-def lower_graph(gm: torch.fx.GraphModule, example_inputs) -> LoopGraph:
+def graph_device_type(gm: torch.fx.GraphModule, example_inputs) -> str:
+    """The device a graph's tensors live on. Placeholders' `val` first: a GPU graph reaches
+    lower/ with CPU stand-ins for its inputs (codegen/triton), but its metadata is the GPU's."""
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    for t in vals + list(example_inputs):
+        if isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta"):
+            return t.device.type
+    return "cpu"
+
+
+def lower_graph(
+    gm: torch.fx.GraphModule, example_inputs, *, indirect_loads: bool | None = None
+) -> LoopGraph:
+    """`indirect_loads`: may gather/embedding/index lower to loads at indices read from memory
+    (the target renderer must support `Indirect`); None decides by the graph's device
+    (`INDIRECT_LOAD_DEVICES`)."""
     _ensure_meta(gm, example_inputs)
-    ctx = LoweringContext()
+    if indirect_loads is None:
+        indirect_loads = graph_device_type(gm, example_inputs) in INDIRECT_LOAD_DEVICES
+    ctx = LoweringContext(indirect_loads=indirect_loads)
     env: dict[torch.fx.Node, object] = {}
     inputs: list[str] = []
     constants: dict[str, torch.Tensor] = {}
@@ -185,7 +202,16 @@ def _lower_node(ctx: LoweringContext, target, args, kwargs, val):
 
 
 def extern_summary(graph: LoopGraph) -> str:
-    counts = collections.Counter(
-        f"{n.target} ({n.reason})" for n in graph.nodes if isinstance(n, Extern)
-    )
+    """The graph's extern calls that stand for ATen ops kiln did not lower (bounds checks,
+    which kiln adds itself, are not fallbacks and are left out)."""
+    counts = collections.Counter(f"{n.target} ({n.reason})" for n in graph.nodes if is_fallback(n))
     return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(counts.items()))
+
+
+def is_fallback(node) -> bool:
+    """An `Extern` standing for an ATen op kept as is (not one of kiln's own checks)."""
+    return isinstance(node, Extern) and not is_check(node)
+
+
+def is_check(node) -> bool:
+    return isinstance(node, Extern) and str(node.target).startswith("kiln.")

@@ -3,7 +3,8 @@
 Takes sizes and index expressions (sympy; static sizes are plain ints); gives the loop
 variables `i0.. / r0..`, the integer functions `FloorDiv` and `ModularIndexing` (which sympy's
 own `floor`/`Mod` would rewrite into forms no C printer wants), the indexer of a reshape, and
-`sympy_str`, the one printer of index expressions used by IR dumps and the C++ renderer.
+`sympy_str`, the one printer of index expressions used by IR dumps and the C++ renderer, and
+`Indirect`, an index read from memory (`x[idx[i0]]`: gather, embedding, advanced indexing).
 
 Why it exists: every view op (permute, reshape, slice, expand, ...) is a remapping of indices;
 keeping that arithmetic in one place keeps views zero-copy and the printed code readable.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import functools
 
 import sympy
+from sympy.core.symbol import Str
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,6 +67,54 @@ class ModularIndexing(sympy.Function):
         if a.is_Mul and a.args[0].is_Integer and int(a.args[0]) % int(b) == 0:
             return sympy.Integer(0)
         return None
+
+
+class Indirect(sympy.Function):
+    """An index read from memory: buffer `buf` at `index`, used to index a dimension of `size`.
+
+    Arguments: `(Str(buf), size, wrap, *index)`. With `wrap` a negative value counts from the
+    end (`x[-1]`), as advanced indexing does. It is an ordinary integer term of an index, so
+    views compose through it and inlining substitutes into its `index` like any other. Renderers
+    clamp the value into `[0, size)`, so a bad index never reads outside the buffer; the
+    lowering that makes one also adds the check that raises for it (lower/indirect.py).
+    """
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def make(cls, buf: str, index, size: int, wrap: bool) -> Indirect:
+        return cls(Str(buf), sympy.Integer(size), sympy.true if wrap else sympy.false, *index)
+
+    @property
+    def buf(self) -> str:
+        return self.args[0].name
+
+    @property
+    def size(self) -> int:
+        return int(self.args[1])
+
+    @property
+    def wrap(self) -> bool:
+        return bool(self.args[2])
+
+    @property
+    def index(self) -> tuple:
+        return self.args[3:]
+
+
+def indirect_terms(expr) -> tuple[Indirect, ...]:
+    """Every `Indirect` in an index expression, nested ones included, inner ones first."""
+    if not isinstance(expr, sympy.Basic) or expr.is_Atom:
+        return ()
+    return _indirect_terms(expr)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # the scheduler asks again and again for the same index
+def _indirect_terms(expr: sympy.Basic) -> tuple[Indirect, ...]:
+    if not expr.has(Indirect):
+        return ()
+    return tuple(sorted(expr.atoms(Indirect), key=lambda a: (len(str(a)), str(a))))
 
 
 def to_sym(x) -> sympy.Expr:
@@ -205,6 +255,8 @@ class IndexPrinter:
             return self.floordiv(self.paren(e.args[0]), self.paren(e.args[1]))
         if isinstance(e, ModularIndexing):
             return self.mod(self.paren(e.args[0]), self.paren(e.args[1]))
+        if isinstance(e, Indirect):
+            return self.indirect(e)
         if isinstance(e, (sympy.Min, sympy.Max)):
             out = self.doprint(e.args[0])
             for a in e.args[1:]:
@@ -228,13 +280,24 @@ class IndexPrinter:
         s = self.doprint(e)
         return s if plain_operand(e) else f"({s})"
 
+    def indirect(self, e: Indirect) -> str:
+        # A renderer binds each indirect index to a variable before printing (C++ does); one
+        # that has no such support must not print IR text into its source.
+        raise NotImplementedError(f"cannot print indirect index {e}{self.for_whom}")
+
+
+class _IRPrinter(IndexPrinter):
+    def indirect(self, e: Indirect) -> str:
+        at = ", ".join(self.doprint(i) for i in e.index)
+        return f"indirect({e.buf}[{at}], {e.size}{', wrap' if e.wrap else ''})"
+
 
 def plain_operand(e) -> bool:
     """Needs no parentheses as an operand: a non-negative integer or a symbol."""
-    return isinstance(e, int) or e.is_Integer and e >= 0 or e.is_Symbol
+    return isinstance(e, int) or e.is_Integer and e >= 0 or e.is_Symbol or isinstance(e, Indirect)
 
 
-_CPP = IndexPrinter()
+_CPP = _IRPrinter()
 
 
 def sympy_str(e) -> str:

@@ -4,7 +4,8 @@ Takes nothing; gives two families of frozen dataclasses that print as readable c
 
 * value expressions (`Load`, `Const`, `IndexValue`, `Op`) — the body of a loop, evaluated
   once per index point. Index expressions inside them are sympy expressions over the loop
-  variables `i0, i1, ...` (output dims) and `r0, r1, ...` (reduced dims);
+  variables `i0, i1, ...` (output dims) and `r0, r1, ...` (reduced dims), and may contain
+  `Indirect` terms, indices read from memory (`x[indirect(idx[i0], 50)]`);
 * buffer nodes (`Input`, `Constant`, `Pointwise`, `Reduction`, `View`, `Extern`, `ExternItem`),
   each naming one buffer, and `LoopGraph`, the ordered list of them for one ATen graph.
 
@@ -20,7 +21,7 @@ from typing import Any, Union
 import sympy
 import torch
 
-from .indexing import index_vars, reduce_vars, sympy_str
+from .indexing import index_vars, indirect_terms, reduce_vars, sympy_str
 
 SizeT = tuple[Union[int, sympy.Expr], ...]
 
@@ -137,7 +138,24 @@ def walk(expr: Expr):
 
 
 def loads(expr: Expr) -> list[Load]:
-    return [e for e in walk(expr) if isinstance(e, Load)]
+    """Every buffer read of `expr`: its `Load`s, and the reads of its indirect indices (as
+    int64 `Load`s at the index they read), so dependencies and lifetimes see both."""
+    out = []
+    for e in walk(expr):
+        if isinstance(e, Load):
+            out.append(e)
+        if isinstance(e, (Load, IndexValue)):
+            out.extend(Load(a.buf, a.index, torch.int64) for a in index_reads(e))
+    return out
+
+
+def index_reads(e) -> list:
+    """The `Indirect` terms of a `Load`'s index or an `IndexValue`, inner ones first."""
+    exprs = e.index if isinstance(e, Load) else (e.expr,) if isinstance(e, IndexValue) else ()
+    out: dict = {}
+    for ix in exprs:
+        out.update(dict.fromkeys(indirect_terms(ix)))
+    return list(out)
 
 
 def op_count(expr: Expr) -> int:

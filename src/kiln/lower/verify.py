@@ -2,7 +2,8 @@
 
 Takes a `LoopGraph`; gives nothing when it is well formed and raises `IRError` naming the node
 and the broken rule otherwise. Rules: names are unique; every node refers only to nodes defined
-before it; loads never go through a `View` and use exactly the loaded buffer's rank; a body
+before it; loads (and the reads of `Indirect` index terms) never go through a `View` and use
+exactly the loaded buffer's rank; an indirect index reads an integer buffer; a body
 uses only its own loop variables (`i*` for pointwise, `i*`/`r*` for reductions); ops have their
 arity; outputs name existing buffers.
 
@@ -26,6 +27,8 @@ from .ir import (
     Pointwise,
     Reduction,
     View,
+    index_reads,
+    node_dtype,
     node_size,
     walk,
 )
@@ -40,21 +43,29 @@ def _fail(node, rule: str):
     raise IRError(f"loop IR invalid at {getattr(node, 'name', node)}: {rule}\n  {node}")
 
 
+def _check_read(node, buf: str, index, defined: dict, allowed: set) -> None:
+    src = defined.get(buf)
+    if src is None:
+        _fail(node, f"loads {buf}, which is not defined before it")
+    if isinstance(src, View):
+        _fail(node, f"loads through view {buf} (views must be resolved to their base)")
+    if len(index) != len(node_size(src)):
+        _fail(node, f"loads {buf} with {len(index)} indices, it has rank {len(node_size(src))}")
+    for ix in index:
+        extra = getattr(ix, "free_symbols", set()) - allowed
+        if extra:
+            _fail(node, f"index uses {sorted(map(str, extra))}, not loop variables here")
+
+
 def _check_body(node, body, defined: dict, allowed: set) -> None:
     for e in walk(body):
+        for ind in index_reads(e):
+            _check_read(node, ind.buf, ind.index, defined, allowed)
+            dtype = node_dtype(defined[ind.buf])
+            if dtype.is_floating_point or dtype == torch.bool:
+                _fail(node, f"indirect index reads {ind.buf} of dtype {dtype}")
         if isinstance(e, Load):
-            src = defined.get(e.buf)
-            if src is None:
-                _fail(node, f"loads {e.buf}, which is not defined before it")
-            if isinstance(src, View):
-                _fail(node, f"loads through view {e.buf} (views must be resolved to their base)")
-            if len(e.index) != len(node_size(src)):
-                _fail(node, f"loads {e.buf} with {len(e.index)} indices, it has rank "
-                      f"{len(node_size(src))}")  # fmt: skip
-            for ix in e.index:
-                extra = getattr(ix, "free_symbols", set()) - allowed
-                if extra:
-                    _fail(node, f"index uses {sorted(map(str, extra))}, not loop variables here")
+            _check_read(node, e.buf, e.index, defined, allowed)
         elif isinstance(e, IndexValue):
             extra = e.expr.free_symbols - allowed
             if extra:

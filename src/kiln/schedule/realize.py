@@ -35,8 +35,10 @@ from ..lower.ir import (
     Pointwise,
     Reduction,
     View,
+    index_reads,
     loads,
     op_count,
+    walk,
 )
 from .fuel import Fuel
 
@@ -70,14 +72,33 @@ def users(graph: LoopGraph) -> dict[str, list[str]]:
 
 
 def eliminate_dead(graph: LoopGraph) -> LoopGraph:
-    """Drop nodes nothing reads (inputs stay: they are the calling convention)."""
+    """Drop nodes nothing reads (inputs stay: they are the calling convention; so do checks,
+    extern calls that return nothing and raise on bad input)."""
     readers = users(graph)
     live, keep = set(graph.inputs), []
     for node in reversed(graph.nodes):
-        if node.name in live or any(u in live or u == "<output>" for u in readers[node.name]):
+        if (
+            node.name in live
+            or _is_check(node)
+            or any(u in live or u == "<output>" for u in readers[node.name])
+        ):
             live.add(node.name)
             keep.append(node)
     return graph.replace(reversed(keep))
+
+
+def _is_check(node) -> bool:
+    return isinstance(node, Extern) and node.layouts == (None,) and not node.multi
+
+
+def index_sources(graph: LoopGraph) -> set[str]:
+    """Buffers whose values some body uses as an index (`Indirect` terms read them)."""
+    out = set()
+    for node in graph.nodes:
+        if isinstance(node, (Pointwise, Reduction)):
+            for e in walk(node.body):
+                out.update(a.buf for a in index_reads(e))
+    return out
 
 
 def _storage_index(node, index) -> sympy.Expr | None:
@@ -118,10 +139,14 @@ def _compute(dtype):
     return compute_dtype(dtype)
 
 
-def _must_realize(node: Pointwise, readers: list[str], nodes: dict) -> str | None:
+def _must_realize(
+    node: Pointwise, readers: list[str], nodes: dict, indices: set[str]
+) -> str | None:
     """Why `node` needs its own buffer, or None if it can be inlined into every reader."""
     if "<output>" in readers:
         return "it is a graph output"
+    if node.name in indices:
+        return "its values are indices another node reads memory at"
     for u in readers:
         if isinstance(nodes[u], (View, Extern)):
             return f"{u} ({type(nodes[u]).__name__.lower()}) reads its memory"
@@ -135,6 +160,7 @@ def _must_realize(node: Pointwise, readers: list[str], nodes: dict) -> str | Non
 def inline_pointwise(graph: LoopGraph, fuel: Fuel) -> LoopGraph:
     readers = users(graph)
     nodes = graph.node_map()
+    indices = index_sources(graph)
     inlined: dict[str, Pointwise] = {}
     out = []
     memo: dict = {}
@@ -142,7 +168,7 @@ def inline_pointwise(graph: LoopGraph, fuel: Fuel) -> LoopGraph:
         if isinstance(node, (Pointwise, Reduction)):
             node = _with_body(node, _substitute_loads(node.body, inlined, memo))
         if isinstance(node, Pointwise):
-            why = _must_realize(node, readers[node.name], nodes)
+            why = _must_realize(node, readers[node.name], nodes, indices)
             if why is None and not fuel.take(f"inline {node.name}"):
                 why = "out of fuel"
             if why is None:

@@ -279,6 +279,15 @@ template <typename T> static inline T pow_(T a, T b) {
     T r = 1; T base = a; while (b) { if (b & 1) r *= base; base *= base; b >>= 1; } return r;
   }
 }
+// An index read from memory, clamped into [0, size): a bad index reads a valid element and the
+// graph's bounds check (kiln.check_index) raises eager's error; `wrap` counts negatives from
+// the end first, as advanced indexing does.
+static inline int64_t indirect(int64_t v, int64_t size) {
+  return v < 0 ? 0 : (v >= size ? size - 1 : v);
+}
+static inline int64_t indirect_wrap(int64_t v, int64_t size) {
+  return indirect(v < 0 ? v + size : v, size);
+}
 template <typename T> static inline T lshift(T a, T b) {
   if (b < 0 || b >= static_cast<T>(sizeof(T) * 8)) return 0;
   return static_cast<T>(static_cast<typename std::make_unsigned<T>::type>(a) << b);

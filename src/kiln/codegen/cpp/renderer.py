@@ -11,7 +11,8 @@ only what leaves the kernel is stored. Half types are stored as such and compute
 A costly value a reduction's loop computes and a later elementwise member recomputes element
 for element (softmax's `exp(x - max)`) is kept in that member's output row instead
 (`_shared_values`). Buffers are indexed from their `data_ptr()`, which already includes any
-storage offset.
+storage offset. An index read from memory (`Indirect`) is loaded into an int64 variable,
+clamped into its dimension, before the load that uses it.
 
 Why it exists: the renderer half of the cpu device (STYLE.md item 5); it knows C++ syntax and
 nothing about building or running.
@@ -22,8 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import sympy
+import torch
 
-from ...lower.indexing import delinearize, index_vars, linearize, reduce_vars, sympy_str
+from ...lower.indexing import (
+    delinearize,
+    index_vars,
+    indirect_terms,
+    linearize,
+    reduce_vars,
+    sympy_str,
+)
 from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, loads, walk
 from ...schedule import Kernel, Schedule
 from ...schedule.realize import reindex
@@ -61,6 +70,28 @@ class _Body:
     def __init__(self, kernel_ctx: _KernelContext, lines: list[str], indent: str) -> None:
         self.k, self.lines, self.indent = kernel_ctx, lines, indent
         self.names: dict = {}
+        self.indirect: dict = {}  # Indirect term -> the C variable (a sympy Symbol) holding it
+
+    def direct(self, ix):
+        """`ix` with each `Indirect` term replaced by a variable holding the index it reads,
+        clamped into range (so a bad index reads a valid element; the graph's check raises)."""
+        terms = indirect_terms(ix)
+        if not terms:
+            return ix
+        sub = {}
+        for a in terms:  # inner terms first: an outer one's index may use them
+            if a not in self.indirect:
+                at = tuple(i.xreplace(sub) for i in a.index)
+                value = self.k.load(Load(a.buf, at, torch.int64))
+                fn = "kiln::indirect_wrap" if a.wrap else "kiln::indirect"
+                var = f"t{self.k.next_id()}"
+                self.lines.append(
+                    f"{self.indent}const int64_t {var} = "
+                    f"{fn}(static_cast<int64_t>({value}), {a.size});"
+                )
+                self.indirect[a] = sympy.Symbol(var, integer=True, nonnegative=True)
+            sub[a] = self.indirect[a]
+        return ix.xreplace(sub)
 
     def emit(self, expr) -> str:
         for e in walk(expr):
@@ -70,9 +101,9 @@ class _Body:
                 self.names[e] = _const(e.value, e.dtype)
                 continue
             if isinstance(e, Load):
-                text = self.k.load(e)
+                text = self.k.load(Load(e.buf, tuple(self.direct(i) for i in e.index), e.dtype))
             elif isinstance(e, IndexValue):
-                text = f"static_cast<{compute_ctype(e.dtype)}>({sympy_str(e.expr)})"
+                text = f"static_cast<{compute_ctype(e.dtype)}>({sympy_str(self.direct(e.expr))})"
             else:
                 assert isinstance(e, Op)
                 args = [self.names[a] for a in e.args]
