@@ -1,15 +1,27 @@
-"""OpInfo sweep of kiln's C++ code generator: every op in PyTorch's `op_db`, float32, CPU, forward.
+"""OpInfo sweep of a compiler on CPU: every op in PyTorch's `op_db`, float32, forward.
 
-Takes op names (default: all of `op_db`); for each op, traces up to `--samples` of its sample
-inputs into ONE ATen graph (`make_fx`), compiles it with `kiln.codegen.compile_graph_strict`,
-and compares every output with eager on the same inputs. An op passes if the compiled graph
-matches eager — whether kiln lowered it to a kernel or kept it as an `Extern` call. Ops whose
-samples eager or `make_fx` cannot run are "skipped", not counted.
+Takes op names (default: all of `op_db`) and a compiler: `kiln` (default) or `torch`. For each
+op, up to `--samples` of its sample inputs are traced into ONE function; `kiln` traces it to an
+ATen graph (`make_fx`) and compiles that with `kiln.codegen.compile_graph_strict`; `torch`
+compiles the same Python function with `torch.compile` (default backend, `torch._dynamo.reset()`
+before each op so no op runs into another's cache limit). Every output is compared with eager
+on the same inputs. An op passes if the compiled function matches eager — whether kiln lowered
+it to a kernel or kept it as an `Extern` call. Ops whose samples eager or `make_fx` cannot run
+are "skipped" for both compilers, so both sweep the same op set.
+
+Ops that cannot match eager value for value are compared differently, the same way for both
+compilers, and counted apart in the summary (never silently):
+
+* `uninitialized` (OpInfo's `has_nondeterministic_output`: `empty*`): shape, dtype, device and
+  strides only;
+* `random` (`RANDOM_OPS`: `rand*`, `normal`, `bernoulli`, dropout, ...): shape, dtype, device;
+  every value inside the range eager gives over several draws (widened by half its width); and
+  for 16 values or more, mean and standard deviation close to eager's over those draws.
 
 Usage:
-    python benchmarks/opinfo_sweep.py                      # full sweep, prints a summary
-    python benchmarks/opinfo_sweep.py --ops add,softmax    # some ops
-    python benchmarks/opinfo_sweep.py --write benchmarks/results/opinfo_cpu.md
+    python benchmarks/opinfo_sweep.py                      # full sweep of kiln
+    python benchmarks/opinfo_sweep.py --compiler torch --samples 2 --json torch.json
+    python benchmarks/opinfo_sweep.py --combine kiln.json torch.json --write out.md
 
 `tests/codegen/test_opinfo_subset.py` runs `run_op` on a small subset in CI.
 """
@@ -18,12 +30,32 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import json
+import math
 import sys
 import time
 import traceback
 
 import torch
 import torch.utils._pytree as pytree
+
+# Ops whose outputs come from the random number generator (OpInfo has no flag for these).
+RANDOM_OPS = frozenset(
+    "rand_like randn randn_like randint randint_like normal normal.number_mean normal.in_place "
+    "bernoulli multinomial uniform cauchy exponential geometric log_normal nn.functional.rrelu "
+    "nn.functional.dropout nn.functional.dropout2d nn.functional.dropout3d "
+    "nn.functional.alpha_dropout nn.functional.feature_alpha_dropout.with_train "
+    "nn.functional.fractional_max_pool2d nn.functional.fractional_max_pool3d".split()
+)
+RANDOM_DRAWS = 8  # eager runs that give a random op's range and statistics
+
+
+def comparison_kind(opinfo) -> str:
+    """'values', 'uninitialized' or 'random': how this op's outputs are compared with eager."""
+    if getattr(opinfo, "has_nondeterministic_output", False):
+        return "uninitialized"
+    return "random" if opinfo.full_name in RANDOM_OPS else "values"
 
 
 def _samples(opinfo, limit: int):
@@ -55,16 +87,32 @@ def _flatten(samples):
     return structs, leaves
 
 
-def run_op(opinfo, samples_per_op: int = 4):
+def _compile_kiln(fn, gm, leaves):
+    from kiln.codegen import compile_graph_strict
+    from kiln.lower.ir import Extern
+
+    compiled = compile_graph_strict(gm, leaves)
+    lowered = not any(isinstance(n, Extern) for n in compiled.schedule.graph.nodes)
+    return compiled, lowered
+
+
+def _compile_torch(fn, gm, leaves):
+    torch._dynamo.reset()
+    return torch.compile(fn), False
+
+
+COMPILERS = {"kiln": _compile_kiln, "torch": _compile_torch}
+
+
+def run_op(opinfo, samples_per_op: int = 4, compiler: str = "kiln"):
     """('pass'|'fail'|'skip'|'eager', detail, lowered: bool) for one OpInfo entry.
 
-    'eager': the traced graph is not functional (in-place ops on views), so compile_graph hands
-    it back to eager by design; counted apart from passes and failures."""
+    'eager': kiln found the traced graph not functional (in-place ops on views) and hands it
+    back to eager by design; counted apart from passes and failures. `lowered` says kiln
+    compiled the op to kernels only (always False for `torch`)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from kiln.codegen import compile_graph_strict
     from kiln.lower import GraphUnsupported
-    from kiln.lower.ir import Extern
 
     samples = _samples(opinfo, samples_per_op)
     samples = [
@@ -89,94 +137,249 @@ def run_op(opinfo, samples_per_op: int = 4):
             outs.append(fn_op(inp, *args, **kwargs))
         return [t for t in pytree.tree_leaves(outs) if isinstance(t, torch.Tensor)]
 
+    kind = comparison_kind(opinfo)
     try:
-        expected = fn(*[t.clone() for t in leaves])
+        draws = []
+        for k in range(_draws(kind)):
+            with _reseeded(k):
+                draws.append(fn(*[t.clone() for t in leaves]))
         gm = make_fx(fn)(*[t.clone() for t in leaves])
     except Exception as e:  # noqa: BLE001
         return "skip", f"eager/make_fx: {type(e).__name__}", False
     try:
-        compiled = compile_graph_strict(gm, leaves)
+        compiled, lowered = COMPILERS[compiler](fn, gm, leaves)
         got = compiled(*[t.clone() for t in leaves])
     except GraphUnsupported as e:
         return "eager", f"graph runs eagerly: {e}", False
     except Exception as e:  # noqa: BLE001
-        return "fail", f"compile/run: {type(e).__name__}: {str(e).splitlines()[0][:200]}", False
-    lowered = not any(isinstance(n, Extern) for n in compiled.schedule.graph.nodes)
+        return "fail", f"compile/run: {type(e).__name__}: {_first_line(e)}", False
+    expected = draws[0]
     if len(got) != len(expected):
         return "fail", f"{len(got)} outputs, eager has {len(expected)}", lowered
-    for g, e in zip(got, expected):
+    for k, (g, e) in enumerate(zip(got, expected)):
         try:
-            assert g.shape == e.shape and g.dtype == e.dtype, (g.shape, e.shape, g.dtype, e.dtype)
-            torch.testing.assert_close(g, e, equal_nan=True)
+            _compare(kind, g, e, [d[k] for d in draws])
         except AssertionError as err:
-            return "fail", f"mismatch: {str(err).splitlines()[0][:200]}", lowered
-    return "pass", "", lowered
+            return "fail", f"mismatch ({kind}): {_first_line(err)}", lowered
+    return "pass", "" if kind == "values" else f"compared as {kind}", lowered
+
+
+def _draws(kind: str) -> int:
+    return RANDOM_DRAWS if kind == "random" else 1
+
+
+@contextlib.contextmanager
+def _reseeded(k: int):
+    """Draw `k` of a random op. OpInfo wraps random ops in `wrapper_set_seed`, which seeds 42
+    before every call; shifting that seed by `k` gives draws that differ (draw 0 is eager's)."""
+    seed = torch.manual_seed
+    if k:
+        torch.manual_seed = lambda s: seed(s + 7919 * k)
+    try:
+        yield
+    finally:
+        torch.manual_seed = seed
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).splitlines()
+    return lines[0][:200] if lines else type(e).__name__
+
+
+def _compare(kind: str, got: torch.Tensor, expected: torch.Tensor, draws) -> None:
+    assert got.shape == expected.shape, f"shape {tuple(got.shape)} != {tuple(expected.shape)}"
+    assert got.dtype == expected.dtype, f"dtype {got.dtype} != {expected.dtype}"
+    assert got.device == expected.device, f"device {got.device} != {expected.device}"
+    if kind == "values":
+        torch.testing.assert_close(got, expected, equal_nan=True)
+    elif kind == "uninitialized":
+        if got.numel() > 1:
+            assert got.stride() == expected.stride(), (
+                f"stride {got.stride()} != {expected.stride()}"
+            )
+    else:
+        _compare_random(got, draws)
+
+
+def _compare_random(got: torch.Tensor, draws) -> None:
+    """`got` looks like one more draw of eager's distribution (see module doc)."""
+    if got.numel() == 0:
+        return
+    ref = torch.cat([d.detach().reshape(-1).double() for d in draws])
+    g = got.detach().reshape(-1).double()
+    assert bool(torch.isfinite(g).all()) == bool(torch.isfinite(ref).all()), "non-finite values"
+    ref, g = ref[torch.isfinite(ref)], g[torch.isfinite(g)]
+    if ref.numel() == 0:
+        return
+    lo, hi = float(ref.min()), float(ref.max())
+    margin = 0.5 * (hi - lo)
+    assert float(g.min()) >= lo - margin and float(g.max()) <= hi + margin, (
+        f"values in [{float(g.min()):.4g}, {float(g.max()):.4g}], eager's draws in "
+        f"[{lo:.4g}, {hi:.4g}]"
+    )
+    if g.numel() >= 16:
+        mean, std = float(ref.mean()), float(ref.std())
+        tol = 4 * std / math.sqrt(g.numel()) + 1e-6 * max(1.0, abs(mean))
+        assert abs(float(g.mean()) - mean) <= tol, f"mean {float(g.mean()):.4g}, eager {mean:.4g}"
+        gstd = float(g.std())
+        assert 0.5 * std <= gstd <= 2 * std or abs(gstd - std) <= 1e-6, (
+            f"std {gstd:.4g}, eager {std:.4g}"
+        )
+
+
+def sweep(ops, samples: int, compiler: str, budget_s: float) -> tuple[dict, float]:
+    results: dict = collections.OrderedDict()
+    start = time.time()
+    for o in ops:
+        if budget_s and time.time() - start > budget_s:
+            print(f"time budget reached after {len(results)} of {len(ops)} ops", flush=True)
+            break
+        t0 = time.time()
+        try:
+            status, detail, lowered = run_op(o, samples, compiler)
+        except Exception as e:  # noqa: BLE001 - the sweep reports, it does not stop
+            status, detail, lowered = "fail", f"harness: {type(e).__name__}: {e}"[:200], False
+            traceback.print_exc()
+        results[o.full_name] = {
+            "status": status,
+            "detail": detail,
+            "lowered": lowered,
+            "kind": comparison_kind(o),
+            "seconds": round(time.time() - t0, 2),
+        }
+        low = "kernel" if lowered else ("extern" if compiler == "kiln" else "-")
+        print(f"{status:5} {low} {o.full_name} {detail}", flush=True)
+    return results, time.time() - start
+
+
+def summarize(results: dict, compiler: str, total_ops: int, seconds: float) -> str:
+    counts = collections.Counter(r["status"] for r in results.values())
+    ran = counts["pass"] + counts["fail"]
+    by_kind = collections.Counter(
+        r["kind"] for r in results.values() if r["status"] == "pass" and r["kind"] != "values"
+    )
+    rate = 100.0 * counts["pass"] / max(ran, 1)
+    out = (
+        f"{compiler}: {counts['pass']}/{ran} ops pass ({rate:.1f}%) — of the passes, "
+        f"{by_kind['random']} random ops by range/statistics and {by_kind['uninitialized']} "
+        f"uninitialized-memory ops by shape/dtype/strides; {counts['skip']} skipped; "
+    )
+    if compiler == "kiln":
+        lowered = sum(1 for r in results.values() if r["status"] == "pass" and r["lowered"])
+        out += (
+            f"{counts['eager']} non-functional graphs run eagerly by design; {lowered} passing "
+            "ops fully lowered to C++ kernels; "
+        )
+    return out + f"{len(results)} of {total_ops} float32 OpInfo entries swept in {seconds:.0f}s"
 
 
 def main(argv=None) -> int:
-    from torch.testing._internal.common_methods_invocations import op_db
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
+    parser.add_argument("--compiler", choices=sorted(COMPILERS), default="kiln")
     parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--json", default="", help="write per-op results to this JSON file")
     parser.add_argument("--write", default="", help="write a Markdown summary to this file")
+    parser.add_argument("--combine", nargs="+", default=[], help="JSON results to tabulate")
     parser.add_argument(
         "--budget-s", type=float, default=0, help="stop after this many seconds (0: no limit)"
     )
     args = parser.parse_args(argv)
+    if args.combine:
+        write_report([_load(p) for p in args.combine], args.write)
+        return 0
+    from torch.testing._internal.common_methods_invocations import op_db
+
     wanted = set(filter(None, args.ops.split(",")))
     ops = [o for o in op_db if not wanted or o.name in wanted or o.full_name in wanted]
     ops = [o for o in ops if torch.float32 in o.supported_dtypes("cpu")]
-    results = collections.OrderedDict()
-    start = time.time()
-    for o in ops:
-        if args.budget_s and time.time() - start > args.budget_s:
-            print(f"time budget reached after {len(results)} of {len(ops)} ops")
-            break
-        try:
-            results[o.full_name] = run_op(o, args.samples)
-        except Exception as e:  # noqa: BLE001 - the sweep reports, it does not stop
-            results[o.full_name] = ("fail", f"harness: {type(e).__name__}: {e}"[:200], False)
-            traceback.print_exc()
-        status, detail, lowered = results[o.full_name]
-        print(f"{status:5} {'kernel' if lowered else 'extern'} {o.full_name} {detail}", flush=True)
-    counts = collections.Counter(s for s, _, _ in results.values())
-    ran = counts["pass"] + counts["fail"]
-    lowered = sum(1 for s, _, low in results.values() if s == "pass" and low)
-    rate = 100.0 * counts["pass"] / max(ran, 1)
-    summary = (
-        f"{counts['pass']}/{ran} ops pass ({rate:.1f}%), {counts['skip']} skipped, "
-        f"{counts['eager']} non-functional graphs run eagerly by design; "
-        f"{lowered} passing ops fully lowered to C++ kernels; {len(results)} of {len(ops)} "
-        f"float32 OpInfo entries swept in {time.time() - start:.0f}s"
-    )
+    results, seconds = sweep(ops, args.samples, args.compiler, args.budget_s)
+    summary = summarize(results, args.compiler, len(ops), seconds)
     print(summary)
+    run = {
+        "compiler": args.compiler,
+        "command": "python benchmarks/opinfo_sweep.py " + " ".join(argv or sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"),
+        "versions": _versions(),
+        "samples": args.samples,
+        "ops_total": len(ops),
+        "seconds": round(seconds),
+        "summary": summary,
+        "results": results,
+    }
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(run, f, indent=1)
     if args.write:
-        _write(args.write, summary, results, argv)
-    return 0 if counts["fail"] == 0 else 1
+        write_report([run], args.write)
+    return 0 if all(r["status"] != "fail" for r in results.values()) else 1
 
 
-def _write(path, summary, results, argv):
-    fails = [(k, d) for k, (s, d, _) in results.items() if s == "fail"]
-    cmd = "python benchmarks/opinfo_sweep.py " + " ".join(argv or sys.argv[1:])
-    lines = [
-        "# kiln C++ codegen: OpInfo sweep (float32, CPU, forward)",
+def _load(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def _versions() -> str:
+    import platform
+    import subprocess
+
+    try:
+        gxx = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout
+        gxx = gxx.splitlines()[0] if gxx else "g++ unknown"
+    except OSError:
+        gxx = "no g++"
+    cores = len(__import__("os").sched_getaffinity(0))
+    return f"{cores}-core CPU; Python {platform.python_version()}; torch {torch.__version__}; {gxx}"
+
+
+def write_report(runs: list[dict], path: str) -> None:
+    """A Markdown page: each run's summary, the pass counts on the ops every run swept, the
+    ops where the compilers disagree, and each run's failures."""
+    names = [r["compiler"] for r in runs]
+    lines = ["# OpInfo sweep on CPU (float32, forward): " + " vs ".join(names), ""]
+    for r in runs:
+        lines += [
+            f"## {r['compiler']}",
+            "",
+            f"- date: {r.get('date', '?')}; machine: {r.get('versions', '?')}",
+            f"- command: `{r.get('command', '?')}`",
+            f"- result: {r['summary']}",
+            "",
+        ]
+    common = [k for k in runs[0]["results"] if all(k in r["results"] for r in runs)]
+    ran = [k for k in common if all(r["results"][k]["status"] in ("pass", "fail") for r in runs)]
+    lines += [
+        "## Same op set",
         "",
-        "- date: 2026-11-21",
-        "- machine: 2-core CPU; Python 3.11; torch 2.13.0+cpu; g++ 12",
-        f"- command: `{cmd.strip()}`",
+        f"{len(common)} ops swept by every run; {len(ran)} of them ran (neither skipped nor "
+        "handed back to eager by kiln) in every run. Passes on those ops:",
         "",
-        f"**Result:** {summary}",
-        "",
-        "An op passes when the compiled graph (up to 4 sample inputs of the op in one graph)",
-        "matches eager within `torch.testing.assert_close` defaults, whether it was lowered to",
-        "a kernel or kept as an extern ATen call. Skipped: no float32 CPU samples, or eager /",
-        "`make_fx` could not run the samples.",
-        "",
-        "## Failures",
-        "",
+        "| compiler | pass (values) | pass (random, by range/statistics) | "
+        "pass (uninitialized, by metadata) | fail |",
+        "| --- | --- | --- | --- | --- |",
     ]
-    lines += [f"- `{k}`: {d}" for k, d in fails] or ["(none)"]
+    for r in runs:
+        res = [r["results"][k] for k in ran]
+        c = collections.Counter(x["kind"] for x in res if x["status"] == "pass")
+        fails = sum(1 for x in res if x["status"] == "fail")
+        lines.append(
+            f"| {r['compiler']} | {c['values']} | {c['random']} | {c['uninitialized']} | {fails} |"
+        )
+    differ = [k for k in ran if len({r["results"][k]["status"] for r in runs}) > 1]
+    lines += ["", "Ops where the runs disagree:", ""]
+    for k in differ:
+        parts = [f"{r['compiler']}: {r['results'][k]['status']}" for r in runs]
+        detail = next(
+            (r["results"][k]["detail"] for r in runs if r["results"][k]["status"] == "fail"), ""
+        )
+        lines.append(f"- `{k}` — {', '.join(parts)} ({detail})")
+    if not differ:
+        lines.append("(none)")
+    for r in runs:
+        lines += ["", f"## {r['compiler']} failures", ""]
+        fails = [(k, x["detail"]) for k, x in r["results"].items() if x["status"] == "fail"]
+        lines += [f"- `{k}`: {d}" for k, d in fails] or ["(none)"]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
