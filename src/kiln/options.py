@@ -18,6 +18,7 @@ MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagrap
 # Every option a user may pass in `options={...}`, with its default and type.
 KNOWN_OPTIONS: dict[str, tuple[Any, type | tuple[type, ...]]] = {
     "triton.cudagraphs": (False, bool),
+    "triton.emulate_precision_casts": (False, bool),
     "trace.enabled": (False, bool),
     "trace.dir": (None, (str, type(None))),
     "max_autotune": (False, bool),

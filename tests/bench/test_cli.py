@@ -4,8 +4,10 @@ end-to-end run of a tiny model writes JSON, Markdown and PNG files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -235,3 +237,34 @@ def test_end_to_end_writes_all_outputs(tmp_path, capsys):
     assert "| softmax_ln | float32 | kiln | default | yes |" in md
     assert open(paths["png"], "rb").read(4) == b"\x89PNG"
     assert "2/2 rows" in out
+
+
+def test_jobs_run_workers_at_once_and_keep_task_order(capsys):
+    models = ("mlp", "softmax_ln", "pointwise")
+    tasks = [dataclasses.replace(_tiny_task(), model=m, timing_s=0.01) for m in models]
+    rows, skipped = cli.run_tasks(tasks, timeout_s=120, budget_s=0, jobs=2)
+    assert not skipped
+    assert [(r["model"], r["correct"]) for r in rows] == [(m, True) for m in models]
+    assert all(r["median_ms"] > 0 for r in rows)
+
+
+def test_phase_lock_timing_waits_for_other_workers_compiling(tmp_path):
+    from kiln.bench.measure import PhaseLock
+
+    path = str(tmp_path / "timing.lock")
+    compiling, timing = PhaseLock(path), PhaseLock(path)
+    compiling.shared()
+    timing.shared()
+    entered = threading.Event()
+
+    def time_it():
+        with timing.exclusive():
+            entered.set()
+
+    t = threading.Thread(target=time_it)
+    t.start()
+    assert not entered.wait(0.5)  # the other worker still compiles: no timing yet
+    compiling.release()
+    assert entered.wait(10)
+    t.join()
+    timing.release()

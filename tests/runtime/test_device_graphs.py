@@ -242,6 +242,9 @@ def test_five_shapes_cost_at_most_one_and_a_half_of_the_largest():
         torch.nn.Linear(256, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096),
         torch.nn.ReLU(), torch.nn.Linear(4096, 16),
     ).cuda()  # fmt: skip
+    # cuBLAS keeps one workspace per stream it ran on (the warm-up and capture streams, made
+    # once per process): create them first so that neither figure below pays for them.
+    _peak([64], model)
     largest = _peak([2048], model)
     five = _peak([256, 512, 1024, 1536, 2048], model)
     assert five <= 1.5 * largest, (five, largest)

@@ -12,10 +12,14 @@ compilers, modes, dtype, size, timing and time budget; any flag given explicitly
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import dataclasses
 import datetime
 import os
 import platform
 import sys
+import tempfile
+import threading
 import time
 
 from . import report, suite
@@ -54,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--threads", type=int, help="torch threads in each worker (default: torch's, one per core)"
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="workers running at once (default: the suite's); compile and check phases "
+        "overlap, steady-state timing takes turns under a lock",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
     p.add_argument("--models-dir", help="the benchmarks/models folder to load")
@@ -102,6 +112,7 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser):
         ("--timing-s", args.timing_s),
         ("--timeout-s", args.timeout_s),
         ("--threads", args.threads),
+        ("--jobs", args.jobs),
     )
     for name, value in checks:
         if value is not None and value <= 0:
@@ -140,25 +151,45 @@ def _has_matplotlib() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
-def run_tasks(tasks, timeout_s: float, budget_s: float, out=None) -> tuple[list, list]:
-    """Each task in its own worker, in order, under the live view; tasks not started within the
-    budget are skipped with the reason. Gives (rows, skipped)."""
+def run_tasks(
+    tasks, timeout_s: float, budget_s: float, out=None, jobs: int = 1
+) -> tuple[list, list]:
+    """Each task in its own worker, under the live view; tasks not started within the budget
+    are skipped with the reason. Gives (rows, skipped), rows in task order.
+
+    With `jobs` > 1, that many workers run at once: their start-up, compile and check phases
+    overlap (cold compile times then include contention for the CPU, alike for every compiler),
+    while a worker's steady-state timing holds a lock exclusively (`measure.PhaseLock`): the
+    others wait, outside their own compile or check, until it is done. Process start-up still
+    overlaps a timing, so use it where cores are plenty (the GPU suite), not on 2 cores."""
     from .worker import run_in_subprocess
 
     progress = report.Progress(sum(t.rows for t in tasks), out)
-    rows, skipped, start = [], [], time.perf_counter()
-    for task in tasks:
-        left = budget_s - (time.perf_counter() - start) if budget_s else float("inf")
-        if left < 30:
-            reason = f"time budget of {budget_s:.0f} s used up (--budget-s)"
-            skipped.append({"model": task.label, "reason": reason})
-            continue
-        progress.starting(task.label)
-        for row in run_in_subprocess(task, min(timeout_s, left)):
-            rows.append(row)
-            progress.finished(row)
+    results: list[list] = [[] for _ in tasks]
+    skipped, start, lock = [], time.perf_counter(), threading.Lock()
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-lock-") as tmp:
+        timing_lock = os.path.join(tmp, "timing.lock") if jobs > 1 else None
+
+        def run(i: int) -> None:
+            task = dataclasses.replace(tasks[i], timing_lock=timing_lock)
+            left = budget_s - (time.perf_counter() - start) if budget_s else float("inf")
+            if left < 30:
+                reason = f"time budget of {budget_s:.0f} s used up (--budget-s)"
+                with lock:
+                    skipped.append({"model": task.label, "reason": reason})
+                return
+            with lock:
+                progress.starting(task.label)
+            rows = run_in_subprocess(task, min(timeout_s, left))
+            with lock:
+                results[i] = rows
+                for row in rows:
+                    progress.finished(row)
+
+        with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
+            list(pool.map(run, range(len(tasks))))
     progress.close()
-    return rows, skipped
+    return [row for rows in results for row in rows], skipped
 
 
 def _meta(argv: list[str], title: str, tasks, args) -> dict:
@@ -213,7 +244,8 @@ def bench_main(argv: list[str]) -> int:
     if not tasks:
         print("kiln bench: nothing to run", file=sys.stderr)
         return 1
-    rows, over = run_tasks(tasks, args.timeout_s or preset.worker_timeout_s, budget)
+    jobs = args.jobs or preset.jobs
+    rows, over = run_tasks(tasks, args.timeout_s or preset.worker_timeout_s, budget, jobs=jobs)
     skipped += over
     for line in report.summary_lines(rows, over):
         print(line)

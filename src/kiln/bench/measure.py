@@ -26,6 +26,7 @@ How each figure is taken:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import gc
@@ -291,6 +292,15 @@ def run_task(
 ) -> list[dict]:
     """Measure one row (and, with `task.with_eager`, eager's row first, from the same process);
     failures become a row with `correct: False` and the error's text."""
+    lock = PhaseLock(task.timing_lock)
+    lock.shared()
+    try:
+        return _run_task(task, bench_model, compile_fn, lock)
+    finally:
+        lock.release()
+
+
+def _run_task(task: Task, bench_model, compile_fn, lock: PhaseLock) -> list[dict]:
     dtype = getattr(torch, task.dtype)
     model_e, example = bench_model.factory(task.device, dtype, task.size, task.seed)
     fresh = bench_model.inputs(task.device, dtype, task.size, task.seed + 1)
@@ -317,13 +327,8 @@ def run_task(
         row["break_reasons"] = [" ".join(r.split())[:300] for r in compiled.break_reasons()[:3]]
         row["fallbacks"] = [" ".join(r.split())[:300] for r in compiled.fallbacks()[:3]]
         phase = "timing"
-        if task.compiler == "eager":
-            (eager_ms,) = interleaved_medians([step_e], fresh, task.device, task.timing_s)
-            compiled_ms = eager_ms
-        else:
-            eager_ms, compiled_ms = interleaved_medians(
-                [step_e, step_c], fresh, task.device, task.timing_s
-            )
+        with lock.exclusive():
+            eager_ms, compiled_ms = _time_rows(task, step_e, step_c, fresh)
         row.update(
             median_ms=compiled_ms, eager_ms=eager_ms, speedup_vs_eager=eager_ms / compiled_ms
         )
@@ -337,9 +342,59 @@ def run_task(
         row["error"] = f"{phase}: {type(exc).__name__}: {exc}"[:2000]
         if eager is not None and eager["median_ms"] is None and step_e is not None:
             # the compiled model failed before the interleaved timing: time eager on its own
-            (eager_ms,) = interleaved_medians([step_e], fresh, task.device, task.timing_s)
+            with lock.exclusive():
+                (eager_ms,) = interleaved_medians([step_e], fresh, task.device, task.timing_s)
             eager.update(median_ms=eager_ms, eager_ms=eager_ms, speedup_vs_eager=1.0)
     return [row] if eager is None else [eager, row]
+
+
+def _time_rows(task: Task, step_e, step_c, fresh) -> tuple[float, float]:
+    """(eager's median ms, the compiled one's), timed interleaved."""
+    if task.compiler == "eager":
+        (eager_ms,) = interleaved_medians([step_e], fresh, task.device, task.timing_s)
+        return eager_ms, eager_ms
+    eager_ms, compiled_ms = interleaved_medians([step_e, step_c], fresh, task.device, task.timing_s)
+    return eager_ms, compiled_ms
+
+
+class PhaseLock:
+    """The run's lock between concurrent workers (`kiln bench --jobs N`): a worker holds it
+    shared while it builds, compiles, checks and measures memory (work other workers may
+    overlap), and exclusive while it times, so that no other worker touches the device — or
+    compiles on its cores — while one is being timed. `flock` on a file of the runner's; no lock
+    at all when workers run one by one (`path` None)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.file = open(path, "a") if path else None  # noqa: SIM115 - held for the run
+
+    def _set(self, how: int) -> None:
+        if self.file is not None:
+            import fcntl
+
+            fcntl.flock(self.file, how)
+
+    def shared(self) -> None:
+        import fcntl
+
+        self._set(fcntl.LOCK_SH)
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        import fcntl
+
+        self._set(fcntl.LOCK_EX)  # converting a shared lock: released first, never deadlocks
+        try:
+            yield
+        finally:
+            self._set(fcntl.LOCK_SH)
+
+    def release(self) -> None:
+        if self.file is not None:
+            import fcntl
+
+            fcntl.flock(self.file, fcntl.LOCK_UN)
+            self.file.close()
+            self.file = None
 
 
 def _check(row: dict, got: list[dict], ref: list[dict], tol: float) -> None:

@@ -72,11 +72,19 @@ class DeviceGraphs:
 
 
 class CudaGraphs(DeviceGraphs):
+    def __init__(self) -> None:
+        # One warm-up stream per device, reused: cuBLAS keeps a workspace (32 MiB on Hopper)
+        # for every stream it has run on, so a new stream per warm-up would cost one per shape.
+        self._side: dict[int, torch.cuda.Stream] = {}
+
     def new_pool(self) -> Any:
         return torch.cuda.graph_pool_handle()
 
     def warmup(self, run: Callable[[], Any]) -> Any:
-        side = torch.cuda.Stream()
+        device = torch.cuda.current_device()
+        side = self._side.get(device)
+        if side is None:
+            side = self._side[device] = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             out = run()
@@ -85,13 +93,25 @@ class CudaGraphs(DeviceGraphs):
 
     def capture(self, run: Callable[[], Any], pool: Any) -> tuple[Any, Any]:
         graph = torch.cuda.CUDAGraph()
-        # thread_local: a backward graph is captured on the autograd engine's thread
-        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-            out = run()
+        try:
+            # thread_local: a backward graph is captured on the autograd engine's thread
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                out = run()
+        except Exception:
+            _reset_rng_after_failed_capture()
+            raise
         return graph, out
 
     def replay(self, graph: Any) -> None:
         graph.replay()
+
+
+def _reset_rng_after_failed_capture() -> None:
+    """A capture that fails leaves the device's default generator marked as capturing, and
+    every later random op raises ("Offset increment outside graph capture"). A clone of its
+    state (same seed and offset) is not marked, so it takes the stuck state's place."""
+    gen = torch.cuda.default_generators[torch.cuda.current_device()]
+    gen.graphsafe_set_state(gen.clone_state())
 
 
 IMPLEMENTATIONS: dict[str, DeviceGraphs] = {"cuda": CudaGraphs()}

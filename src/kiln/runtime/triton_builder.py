@@ -10,9 +10,9 @@ launched with; gives the imported module, whose attributes are the `@triton.jit`
   and, within a process, the imported module (nothing is loaded twice).
 * Compiled binaries are cached on disk by Triton itself, keyed by content and device. When a
   graph has several kernels and a GPU is present, they are compiled ahead of the first launch
-  in parallel worker processes (`Kernel.warmup`), which fills that cache; the launches in the
-  parent then only load binaries. A worker failure is not an error: the parent compiles that
-  kernel itself at its first launch.
+  in parallel worker processes (`Kernel.warmup`, triton_workers.py), which fills that cache;
+  the launches in the parent then only load binaries. A worker failure is not an error: the
+  parent compiles that kernel itself at its first launch.
 * Under `TRITON_INTERPRET=1` nothing is compiled; the module's `libdevice` is replaced by the
   NumPy stand-in of runtime/triton_interpret.py.
 
@@ -22,11 +22,9 @@ processes and Triton's compiler, nothing about kernels.
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import hashlib
 import importlib.util
-import multiprocessing
 import os
 import sys
 import tempfile
@@ -36,6 +34,7 @@ import torch
 
 from .. import __version__ as kiln_version
 from .. import logs, options
+from . import triton_workers
 from .cache import ArtifactCache, CacheUnsafe
 from .triton_interpret import is_interpreting
 
@@ -121,27 +120,16 @@ def load(source: str, launches: dict | None = None, cache_dir: str | None = None
 # Parallel ahead-of-time compilation
 # ---------------------------------------------------------------------------------------------
 
-_pool: concurrent.futures.ProcessPoolExecutor | None = None
+
+def _workers() -> int:
+    return max(1, min(MAX_WORKERS, os.cpu_count() or 1))
 
 
-def _get_pool(n: int) -> concurrent.futures.ProcessPoolExecutor:
-    global _pool
-    if _pool is None:
-        workers = max(1, min(MAX_WORKERS, os.cpu_count() or 1))
-        # spawn: a forked child of a process that initialized CUDA cannot use it
-        ctx = multiprocessing.get_context("spawn")
-        _pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx)
-    return _pool
-
-
-def _warm_one(path: str, kernel: str, dtypes: list, grid: tuple, consts: dict, warps: int):
-    """In a worker: import the module file and compile one kernel into Triton's cache."""
-    key = os.path.basename(path).split(".")[0]
-    module = _import(path, key)
-    fn = getattr(module, kernel)
-    torch_dtypes = [getattr(torch, d) for d in dtypes]
-    fn.warmup(*torch_dtypes, grid=grid, num_warps=warps, **consts)
-    return kernel
+def prestart() -> None:
+    """Launch the compile workers now (a GPU graph is about to be compiled), so that their
+    start-up overlaps lowering and scheduling."""
+    if torch.cuda.is_available() and not is_interpreting():
+        triton_workers.start(_workers())
 
 
 def warm(path: str, launches: dict) -> None:
@@ -149,26 +137,33 @@ def warm(path: str, launches: dict) -> None:
     if len(launches) < PARALLEL_MIN_KERNELS or not torch.cuda.is_available():
         return
     start = time.perf_counter()
+    jobs = [
+        {
+            "path": path,
+            "kernel": name,
+            "dtypes": [str(d).replace("torch.", "") for d in dts],
+            "grid": list(grid),
+            "constexprs": consts,
+            "num_warps": warps,
+        }
+        for name, (dts, grid, consts, warps) in launches.items()
+    ]
     try:
-        pool = _get_pool(len(launches))
-        futures = [
-            pool.submit(_warm_one, path, name, [str(d).replace("torch.", "") for d in dts], g, c, w)
-            for name, (dts, g, c, w) in launches.items()
-        ]
-        for f in futures:
-            try:
-                f.result()
-                STATS["warmed"] += 1
-            except Exception as e:  # the parent compiles it at first launch instead
-                logs.log("perf_hints", f"parallel Triton compile failed ({e!r}); compiling inline")
-    except Exception as e:
+        results = triton_workers.start(_workers()).run(jobs)
+    except Exception as e:  # no workers at all: the parent compiles at first launch
         logs.log("perf_hints", f"no Triton compile workers ({e!r}); compiling inline")
+        results = {}
+    for kernel, error in results.items():
+        if error is None:
+            STATS["warmed"] += 1
+        else:
+            logs.log(
+                "perf_hints",
+                f"parallel Triton compile of {kernel} failed ({error}); compiling inline",
+            )
     STATS["warm_seconds"] += time.perf_counter() - start
 
 
 def shutdown() -> None:
     """Stop the compile workers (tests and `kiln.reset()` may call this)."""
-    global _pool
-    if _pool is not None:
-        _pool.shutdown(cancel_futures=True)
-        _pool = None
+    triton_workers.shutdown()

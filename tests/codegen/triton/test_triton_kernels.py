@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from tr_helpers import check, kernel_source, require_interpreter
+from tr_helpers import check, kernel_count, kernel_source, require_interpreter
 
 pytestmark = pytest.mark.usefixtures("_interpreter")
 
@@ -187,8 +187,9 @@ def test_casts():
     check(fn, torch.randn(5, 9) * 10, torch.randint(-9, 9, (5, 9)), torch.rand(5, 9) > 0.5)
 
 
+@pytest.mark.parametrize("emulate", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_types(dtype):
+def test_half_types(dtype, emulate):
     def fn(x, y, w):
         a = torch.sigmoid(x) * y + x
         return (
@@ -201,8 +202,21 @@ def test_half_types(dtype):
         )
 
     x, y, w = torch.randn(7, 40, dtype=dtype), torch.randn(7, 40, dtype=dtype), torch.randn(40)
-    c = check(fn, x, y, w.to(dtype))
+    c = check(fn, x, y, w.to(dtype), options={"triton.emulate_precision_casts": emulate})
     assert ".to(tl.float32)" in c.triton_source  # loaded to float32, computed there
+    rounding = "_round_bf16(" if dtype == torch.bfloat16 else ".to(tl.float16).to(tl.float32)"
+    lines = c.triton_source.split("def kernel0")[1].splitlines()
+    between = [ln for ln in lines if rounding in ln and "tl.store" not in ln]
+    # eager rounds every op's result; by default kiln keeps them in float32 (as torch.compile)
+    assert bool(between) == emulate, between
+
+
+def test_explicit_half_cast_inside_a_kernel_still_rounds():
+    def fn(x):
+        return (x.to(torch.bfloat16).to(torch.float32) * 3 + x.exp(),)
+
+    c = check(fn, torch.randn(6, 50))  # float32 output: compared with eager at float32 tolerance
+    assert kernel_count(c) == 1
 
 
 def test_extern_matmul_with_epilogue():

@@ -26,7 +26,7 @@ from ... import logs
 from ...lower import GraphUnsupported, extern_summary, lower_graph
 from ...lower.ir import LoopGraph
 from ...options import Options
-from ...runtime.triton_builder import TritonNotFound, load, require_triton
+from ...runtime.triton_builder import TritonNotFound, load, prestart, require_triton
 from ...schedule import schedule
 from ..compiled import CompiledGraph
 from ..devices import eager_callable
@@ -62,12 +62,14 @@ def compile_graph_strict(
     """`compile_graph` without the eager fallback: errors propagate (tests use this)."""
     require_triton()
     start = time.perf_counter()
+    prestart()
     fuel = options.get("debug.fuel") if options is not None else None
     verify_ir = options.get("debug.verify_ir") if options is not None else False
     example_inputs = list(example_inputs)
     graph = _lower_on_any_device(gm, example_inputs)
     sched = schedule(graph, fuel=fuel, verify_ir=verify_ir)
-    module = render_module(sched)
+    emulate = options.get("triton.emulate_precision_casts") if options is not None else False
+    module = render_module(sched, emulate_casts=emulate)
     kernels = {k.name: k for k in module.kernels}
     wrapper = render_wrapper(sched, kernels)
     logs.log("output_code", lambda: f"Triton kernels:\n{module.source}\nwrapper:\n{wrapper.source}")
@@ -207,12 +209,17 @@ def _lower_on_any_device(gm, example_inputs) -> LoopGraph:
 
 
 def _ensure_meta_on_device(gm, example_inputs) -> None:
-    if all("val" in n.meta for n in gm.graph.nodes if n.op in ("call_function", "placeholder")):
-        return
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    """Every node's `val`, computed on the real device. A node whose result is not a tensor (an
+    assertion returning None) gets `val = None`, so that `lower_graph` does not propagate again
+    on the CPU stand-ins, where device arguments (`arange(..., device="cuda")`) would mix."""
+    nodes = [n for n in gm.graph.nodes if n.op in ("call_function", "placeholder")]
+    if any("val" not in n.meta for n in nodes):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
+        FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
+    for n in nodes:
+        n.meta.setdefault("val", None)
 
 
 __all__ = ["TritonCompiledGraph", "compile_graph", "compile_graph_strict", "render_module"]

@@ -12,8 +12,9 @@ a value one member reads from an earlier one of the same row stays in registers 
 kernel an element value from an earlier loop is recomputed, never re-read from memory the same
 kernel wrote). Expressions are emitted once per kernel, keyed by their text, so softmax's
 `exp(x - max)` and its load of `x` are shared by the sum and the output. Half types are loaded
-to float32, computed in float32 and rounded on store; masks appear only on accesses whose block
-index overhangs its range.
+to float32, computed in float32 and rounded on store (values passed between members of a
+kernel stay float32 unless they are explicit conversions; see `rounded`); masks appear only on
+accesses whose block index overhangs its range.
 
 Why it exists: the renderer half of the cuda device (STYLE.md item 5); it knows Triton syntax
 and nothing about compiling or launching.
@@ -61,8 +62,9 @@ class TritonModule:
 
 
 class _KernelContext:
-    def __init__(self, kernel: Kernel, nodes: dict, p: Plan) -> None:
+    def __init__(self, kernel: Kernel, nodes: dict, p: Plan, emulate_casts: bool = False) -> None:
         self.kernel, self.nodes, self.plan = kernel, nodes, p
+        self.emulate_casts = emulate_casts  # round every half-typed member value, as eager does
         self.members = {m.name: m for m in kernel.members}
         self.lines: list[str] = []
         self.indent = "    "
@@ -114,6 +116,9 @@ class _KernelContext:
             else:
                 assert isinstance(e, Op)
                 args = [names[a] for a in e.args]
+                if self._keeps_float32(e):
+                    names[e] = args[0]
+                    continue
                 arg_dtype = e.args[1].dtype if e.op == "where" else e.args[0].dtype
                 tpl = op_template(e.op, arg_dtype, e.dtype)
                 text = tpl.format(
@@ -122,6 +127,17 @@ class _KernelContext:
                 names[e] = self.assign(text)
         return names[expr]
 
+    def _keeps_float32(self, e: Op) -> bool:
+        """A conversion to a half type of a computed value (an inlined op's result) is not
+        rounded unless `emulate_casts`: see `rounded`."""
+        return (
+            e.op == "to"
+            and e.dtype in HALF_TYPES
+            and not self.emulate_casts
+            and isinstance(e.args[0], Op)
+            and e.args[0].dtype == torch.float32
+        )
+
     def load(self, ld: Load, groups) -> str:
         if ld.buf in self.values:
             return self.values[ld.buf]
@@ -129,7 +145,7 @@ class _KernelContext:
         if ld.buf in self.members:
             # An element value of an earlier loop of this kernel: recompute, do not re-read.
             body = reindex(node.body, dict(zip(index_vars(len(node.size)), ld.index)))
-            return self.rounded(self.emit(body, groups), node.dtype)
+            return self.rounded(self.emit(body, groups), node)
         lay = node.layout
         pos = bind(lay.offset + linearize(ld.index, lay.stride), groups)
         mask = mask_for(pos, self.masked)
@@ -139,10 +155,16 @@ class _KernelContext:
             text += ".to(tl.float32)"
         return self.assign(text)
 
-    def rounded(self, var: str, dtype: torch.dtype) -> str:
-        """A member's value as a reader sees it: rounded to its storage type if half."""
-        if dtype in HALF_TYPES:
-            return self.assign(op_template("to", torch.float32, dtype).format(var))
+    def rounded(self, var: str, node) -> str:
+        """A member's value as a later member of the kernel reads it.
+
+        A half-typed result of arithmetic stays float32 in registers (as torch.compile does:
+        more accurate than eager, which rounds every op's result, and cheaper); an explicit
+        conversion to a half type (a member that only loads and converts) is rounded, so
+        `x.to(torch.bfloat16)` means what the user wrote. `emulate_casts` rounds everything."""
+        explicit = isinstance(node, Pointwise) and _is_conversion(node.body)
+        if node.dtype in HALF_TYPES and (self.emulate_casts or explicit):
+            return self.assign(op_template("to", torch.float32, node.dtype).format(var))
         return var
 
     def store(self, node, var: str, groups) -> None:
@@ -182,7 +204,7 @@ def _pointwise(ctx: _KernelContext, member) -> None:
     groups = _groups(ctx, node, member)
     var = ctx.emit(node.body, groups)
     ctx.store(node, var, groups)
-    ctx.values[node.name] = ctx.rounded(var, node.dtype)
+    ctx.values[node.name] = ctx.rounded(var, node)
 
 
 def _block(ctx: _KernelContext, var: str, dtype: torch.dtype) -> str:
@@ -265,7 +287,7 @@ def _reduction(ctx: _KernelContext, member) -> None:
     else:
         var = _reduce_persistent(ctx, member)
     ctx.store(node, var, [(index_vars(len(node.size)), tuple(node.size), XINDEX)])
-    ctx.values[node.name] = ctx.rounded(var, node.dtype)
+    ctx.values[node.name] = ctx.rounded(var, node)
 
 
 def _header(ctx: _KernelContext, wide: bool) -> list[str]:
@@ -319,9 +341,15 @@ def _wide(kernel: Kernel, nodes: dict, names) -> bool:
     )
 
 
-def render_kernel(kernel: Kernel, nodes: dict) -> TritonKernel:
+def _is_conversion(body) -> bool:
+    while isinstance(body, Op) and body.op == "to":
+        body = body.args[0]
+    return isinstance(body, (Load, Const))
+
+
+def render_kernel(kernel: Kernel, nodes: dict, emulate_casts: bool = False) -> TritonKernel:
     p = plan(kernel, nodes)
-    ctx = _KernelContext(kernel, nodes, p)
+    ctx = _KernelContext(kernel, nodes, p, emulate_casts)
     ctx.masked = _masked_blocks(p)
     members = list(kernel.members)
     while members:
@@ -356,8 +384,13 @@ def _writes_nothing(kernel: Kernel, nodes: dict) -> bool:
     return all(any(int(d) == 0 for d in nodes[m.name].size) for m in kernel.members)
 
 
-def render_module(sched: Schedule) -> TritonModule:
+def render_module(sched: Schedule, emulate_casts: bool = False) -> TritonModule:
+    """All kernels of `sched`; `emulate_casts`: round half-typed intermediates like eager."""
     nodes = sched.graph.node_map()
-    kernels = tuple(render_kernel(k, nodes) for k in sched.kernels if not _writes_nothing(k, nodes))
+    kernels = tuple(
+        render_kernel(k, nodes, emulate_casts)
+        for k in sched.kernels
+        if not _writes_nothing(k, nodes)
+    )
     source = PRELUDE + "\n\n" + "\n\n\n".join(k.source for k in kernels) + "\n"
     return TritonModule(kernels, source)
