@@ -2,7 +2,9 @@
 
 Takes a `LoopGraph` and its fused steps (`Kernel`, `ExternCall`); gives the final step list
 with `Alloc` before each kernel for the buffers it writes, `Alias` for each strided view an
-extern call or the output needs, and `Free` after the last step that reads a buffer. A buffer
+extern call or the output needs, and `Free` after the last step that reads a buffer — inputs
+included (not returned ones, not constants): a caller that hands its inputs over (a boxed
+call, as the autograd runtime makes for saved activations) then has them freed mid-graph. A buffer
 a kernel writes takes the storage of a freed kernel buffer of the same dtype and element count
 when one is free (`Alloc.reuse`), so a chain of same-sized intermediates runs in two buffers.
 
@@ -75,8 +77,8 @@ def plan_memory(graph: LoopGraph, steps) -> tuple:
     # The storage owner of a name: views live on their base's storage.
     owner = {v.name: v.base for v in views}
     returned = {o for o in graph.outputs if isinstance(o, str)}
-    pinned = returned | {owner.get(o, o) for o in returned}
-    pinned |= set(graph.inputs) | set(graph.constants)
+    pinned = returned | {owner.get(o, o) for o in returned} | set(graph.constants)
+    inputs = set(graph.inputs)
     last: dict[str, int] = {}
     for k, step in enumerate(steps):
         for name in _reads(step, nodes):
@@ -114,7 +116,9 @@ def plan_memory(graph: LoopGraph, steps) -> tuple:
         out.extend(Alias(v) for v in aliases_after[k])
         for name in sorted(n for n, at in last.items() if at == k):
             # A view is dropped after its last reader too: it holds its base's storage.
-            if name in pinned or (name not in produced_at and name not in owner):
+            if name in pinned or (
+                name not in produced_at and name not in owner and name not in inputs
+            ):
                 continue
             out.append(Free(name))
             if name in reusable:

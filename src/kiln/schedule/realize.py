@@ -16,6 +16,7 @@ fuel (`debug.fuel`) so a miscompile can be bisected to one decision.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import sympy
@@ -37,6 +38,8 @@ from ..lower.ir import (
     View,
     index_reads,
     loads,
+    node_dtype,
+    node_size,
     op_count,
     walk,
 )
@@ -157,10 +160,68 @@ def _must_realize(
     return None
 
 
+class _Lifetimes:
+    """Where each buffer is last read, in graph order, as inlining moves reads: a pointwise
+    inlined into its readers makes its inputs live until its own last reader.
+
+    The rule it gives (`realize_reason`): a pointwise read after an extern call that follows it
+    is stored when inlining would keep more of its inputs alive (by half again) than itself.
+    Readers on both sides of an extern call cannot share one kernel, so inlining there only
+    moves memory: in nanoGPT the residual stream `x + attn(x)`, inlined into every later layer,
+    kept every earlier layer's projection output alive to the end of the graph.
+    """
+
+    def __init__(self, graph: LoopGraph, readers: dict) -> None:
+        self.pos = {n.name: k for k, n in enumerate(graph.nodes)}
+        end = len(graph.nodes)
+        self.last = {
+            name: max((end if u == "<output>" else self.pos[u]) for u in us)
+            for name, us in readers.items()
+        }
+        self.externs = [(k, n.name) for k, n in enumerate(graph.nodes) if isinstance(n, Extern)]
+        self.pinned = set(graph.inputs) | set(graph.constants)
+        self.pinned |= {o for o in graph.outputs if isinstance(o, str)}
+        self.nodes = graph.node_map()
+
+    def _bytes(self, name: str) -> int:
+        node = self.nodes[name]
+        return math.prod(node_size(node)) * node_dtype(node).itemsize
+
+    def held_inputs(self, node: Pointwise) -> tuple[int, str | None]:
+        """(bytes of `node`'s inputs that inlining keeps alive past their own last reader,
+        the extern call they are kept alive across) — (0, None) when no extern intervenes:
+        readers before the next extern call can share a kernel with the inputs' producers."""
+        end = self.last.get(node.name, self.pos[node.name])
+        across = next((n for k, n in self.externs if self.pos[node.name] < k < end), None)
+        if across is None:
+            return 0, None
+        held = sum(self._bytes(b) for b in self._inputs(node) if self.last.get(b, -1) < end)
+        return held, across
+
+    def _inputs(self, node: Pointwise) -> set[str]:
+        return {ld.buf for ld in loads(node.body)} - self.pinned
+
+    def inline(self, node: Pointwise) -> None:
+        end = self.last.get(node.name, self.pos[node.name])
+        for b in self._inputs(node):
+            self.last[b] = max(self.last.get(b, -1), end)
+
+    def realize_reason(self, node: Pointwise) -> str | None:
+        held, across = self.held_inputs(node)
+        own = self._bytes(node.name)
+        if held > 1.5 * own:
+            return (
+                f"inlined into its readers after {across} it would keep {held} bytes of its "
+                f"inputs alive; stored it holds {own}"
+            )
+        return None
+
+
 def inline_pointwise(graph: LoopGraph, fuel: Fuel) -> LoopGraph:
     readers = users(graph)
     nodes = graph.node_map()
     indices = index_sources(graph)
+    lifetimes = _Lifetimes(graph, readers)
     inlined: dict[str, Pointwise] = {}
     out = []
     memo: dict = {}
@@ -169,10 +230,12 @@ def inline_pointwise(graph: LoopGraph, fuel: Fuel) -> LoopGraph:
             node = _with_body(node, _substitute_loads(node.body, inlined, memo))
         if isinstance(node, Pointwise):
             why = _must_realize(node, readers[node.name], nodes, indices)
+            why = why or lifetimes.realize_reason(node)
             if why is None and not fuel.take(f"inline {node.name}"):
                 why = "out of fuel"
             if why is None:
                 inlined[node.name] = node
+                lifetimes.inline(node)
                 continue
             if not (isinstance(node.body, Load) or "<output>" in readers[node.name]):
                 logs.log("schedule", lambda n=node, w=why: f"{n.name}: kept in memory, {w}")

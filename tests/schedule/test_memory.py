@@ -1,0 +1,68 @@
+"""Memory planning: intermediates die at their last reader, inputs too (a caller that hands
+its inputs over gets them freed mid-graph), and inlining does not stretch lifetimes across
+extern calls (the residual stream of a transformer stays one buffer, not every layer's).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln.lower import lower_graph
+from kiln.lower.ir import Pointwise
+from kiln.schedule import ExternCall, Free, schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen"))
+from cg_helpers import check  # noqa: E402
+
+
+def _schedule(fn, *inputs):
+    return schedule(lower_graph(make_fx(fn)(*inputs), inputs), verify_ir=True)
+
+
+def _most_extern_outputs_alive(sched) -> int:
+    alive, most = set(), 0
+    for step in sched.steps:
+        if isinstance(step, ExternCall):
+            alive.add(step.name)
+        elif isinstance(step, Free):
+            alive.discard(step.name)
+        most = max(most, len(alive))
+    return most
+
+
+def _residual_stack(x, w1, w2, w3, w4):
+    h = x
+    for w in (w1, w2, w3, w4):  # pre-norm blocks: h = h + f(norm(h)), f an extern matmul
+        h = h + torch.relu(F.layer_norm(h, (h.shape[-1],)) @ w)
+    return (h * 2,)
+
+
+def test_residual_stream_is_stored_instead_of_keeping_every_layers_output_alive():
+    args = (torch.randn(32, 64),) + tuple(torch.randn(64, 64) / 8 for _ in range(4))
+    s = _schedule(_residual_stack, *args)
+    # inlined everywhere, the stream read all four matmul outputs in the last kernel
+    assert _most_extern_outputs_alive(s) <= 2
+    stored = [n for n in s.graph.nodes if isinstance(n, Pointwise) and n.size == (32, 64)]
+    assert len(stored) >= 3  # the stream, from the second layer on, and the output
+    check(_residual_stack, *args, rtol=1e-5, atol=1e-4)  # 4 norms: sums in another order
+
+
+def test_inputs_are_freed_after_their_last_reader_unless_returned():
+    def fn(x, y, z):
+        t = x.exp() @ y
+        return t + 1, z
+
+    args = (torch.randn(8, 16), torch.randn(16, 4), torch.randn(3))
+    s = _schedule(fn, *args)
+    steps = list(s.steps)
+    mm_at = next(k for k, st in enumerate(steps) if isinstance(st, ExternCall))
+    assert Free("arg0") in steps[:mm_at]  # x: dead once exp(x) is computed
+    assert Free("arg1") in steps[mm_at + 1 :]  # y: dead after the matmul
+    assert Free("arg2") not in steps  # z is returned
+    c = check(fn, *args)
+    assert "del arg0" in c.wrapper_source
