@@ -14,9 +14,9 @@ compilers, and counted apart in the summary (never silently):
 
 * `uninitialized` (OpInfo's `has_nondeterministic_output`: `empty*`): shape, dtype, device and
   strides only;
-* `random` (`RANDOM_OPS`: `rand*`, `normal`, `bernoulli`, dropout, ...): shape, dtype, device;
-  every value inside the range eager gives over several draws (widened by half its width); and
-  for 16 values or more, mean and standard deviation close to eager's over those draws.
+* `random` (`RANDOM_OPS`: `rand*`, `normal`, `bernoulli`, dropout, ...): shape, dtype, device,
+  and the values' distribution: a two-sample Kolmogorov-Smirnov test against eager's values
+  over several draws (OpInfo seeds each call; each draw shifts that seed).
 
 Usage:
     python benchmarks/opinfo_sweep.py                      # full sweep of kiln
@@ -89,10 +89,10 @@ def _flatten(samples):
 
 def _compile_kiln(fn, gm, leaves):
     from kiln.codegen import compile_graph_strict
-    from kiln.lower.ir import Extern
+    from kiln.lower.graph import is_fallback
 
     compiled = compile_graph_strict(gm, leaves)
-    lowered = not any(isinstance(n, Extern) for n in compiled.schedule.graph.nodes)
+    lowered = not any(is_fallback(n) for n in compiled.schedule.graph.nodes)  # checks don't count
     return compiled, lowered
 
 
@@ -202,29 +202,28 @@ def _compare(kind: str, got: torch.Tensor, expected: torch.Tensor, draws) -> Non
 
 
 def _compare_random(got: torch.Tensor, draws) -> None:
-    """`got` looks like one more draw of eager's distribution (see module doc)."""
+    """`got` looks like one more draw of eager's distribution: finite where eager's draws are,
+    and a two-sample Kolmogorov-Smirnov test against eager's values over `RANDOM_DRAWS` draws
+    does not reject at alpha = 0.001 (any distribution, heavy-tailed or discrete, no
+    tolerance to tune; with very few values it can reject little, and says so by passing)."""
     if got.numel() == 0:
         return
     ref = torch.cat([d.detach().reshape(-1).double() for d in draws])
     g = got.detach().reshape(-1).double()
     assert bool(torch.isfinite(g).all()) == bool(torch.isfinite(ref).all()), "non-finite values"
-    ref, g = ref[torch.isfinite(ref)], g[torch.isfinite(g)]
-    if ref.numel() == 0:
+    ref, g = ref[torch.isfinite(ref)].sort().values, g[torch.isfinite(g)].sort().values
+    if ref.numel() == 0 or g.numel() == 0:
         return
-    lo, hi = float(ref.min()), float(ref.max())
-    margin = 0.5 * (hi - lo)
-    assert float(g.min()) >= lo - margin and float(g.max()) <= hi + margin, (
-        f"values in [{float(g.min()):.4g}, {float(g.max()):.4g}], eager's draws in "
-        f"[{lo:.4g}, {hi:.4g}]"
+    points = torch.cat([ref, g])
+    cdf_ref = torch.searchsorted(ref, points, right=True).double() / ref.numel()
+    cdf_got = torch.searchsorted(g, points, right=True).double() / g.numel()
+    d = float((cdf_ref - cdf_got).abs().max())
+    n, m = g.numel(), ref.numel()
+    critical = 1.949 * math.sqrt((n + m) / (n * m))  # c(alpha) = sqrt(-ln(alpha / 2) / 2)
+    assert d <= critical, (
+        f"values unlike eager's draws (Kolmogorov-Smirnov D = {d:.3f} > {critical:.3f}; "
+        f"median {float(g.median()):.4g}, eager {float(ref.median()):.4g})"
     )
-    if g.numel() >= 16:
-        mean, std = float(ref.mean()), float(ref.std())
-        tol = 4 * std / math.sqrt(g.numel()) + 1e-6 * max(1.0, abs(mean))
-        assert abs(float(g.mean()) - mean) <= tol, f"mean {float(g.mean()):.4g}, eager {mean:.4g}"
-        gstd = float(g.std())
-        assert 0.5 * std <= gstd <= 2 * std or abs(gstd - std) <= 1e-6, (
-            f"std {gstd:.4g}, eager {std:.4g}"
-        )
 
 
 def sweep(ops, samples: int, compiler: str, budget_s: float) -> tuple[dict, float]:
@@ -261,7 +260,7 @@ def summarize(results: dict, compiler: str, total_ops: int, seconds: float) -> s
     rate = 100.0 * counts["pass"] / max(ran, 1)
     out = (
         f"{compiler}: {counts['pass']}/{ran} ops pass ({rate:.1f}%) — of the passes, "
-        f"{by_kind['random']} random ops by range/statistics and {by_kind['uninitialized']} "
+        f"{by_kind['random']} random ops by distribution (KS test) and {by_kind['uninitialized']} "
         f"uninitialized-memory ops by shape/dtype/strides; {counts['skip']} skipped; "
     )
     if compiler == "kiln":
@@ -355,7 +354,7 @@ def write_report(runs: list[dict], path: str) -> None:
         f"{len(common)} ops swept by every run; {len(ran)} of them ran (neither skipped nor "
         "handed back to eager by kiln) in every run. Passes on those ops:",
         "",
-        "| compiler | pass (values) | pass (random, by range/statistics) | "
+        "| compiler | pass (values) | pass (random, by distribution) | "
         "pass (uninitialized, by metadata) | fail |",
         "| --- | --- | --- | --- | --- |",
     ]

@@ -93,6 +93,28 @@ def test_gather_and_index_select_on_views_and_computed_tensors():
     ), "exp(x) was stored whole instead of computed at the gathered elements"
 
 
+def test_take_and_zero_dim_gathers():
+    def fn(x, s, i, j, k):
+        return (
+            torch.take(x, i),  # flat positions, negative ones from the end
+            torch.gather(s, 0, j),  # 0-d source and index
+            torch.index_select(s, 0, j),
+            torch.gather(x[0], 0, k),  # 1-d source, 0-d index
+        )
+
+    def inputs():
+        return (
+            torch.randn(3, 5),
+            torch.randn(()),
+            _randint(-15, 15, (2, 4)),
+            torch.tensor(0),
+            _randint(0, 5, ()),
+        )
+
+    compiled = check(fn, *inputs(), inputs_fn=inputs)
+    assert _fallbacks(compiled) == []
+
+
 def test_advanced_indexing_with_negative_indices_none_and_broadcasting():
     def fn(x, a, b, c):
         return (

@@ -42,6 +42,10 @@ LOWERED = [
     "max.reduction_with_dim",
     "remainder",
     "logsumexp",
+    "nn.functional.embedding",
+    "gather",
+    "index_select",
+    "take_along_dim",
 ]
 EXTERN_OK = ["nn.functional.pad.reflect", "cumsum"]
 

@@ -1,5 +1,5 @@
 """Lowerings of indexing ops that read at indices loaded from memory: embedding, gather,
-index_select and advanced indexing (`aten.index.Tensor`).
+index_select, take and advanced indexing (`aten.index.Tensor`).
 
 Takes ATen calls through the registry; gives one `Pointwise` whose body loads the source at an
 index holding an `Indirect` term (`wte[indirect(idx[i0, i1], 50257), i2]`), so the gather fuses
@@ -21,11 +21,20 @@ keep the extern call, with that reason logged.
 
 from __future__ import annotations
 
+import math
+
 import sympy
 import torch
 
 from . import ops
-from .indexing import Indirect, affine_coefficients, index_vars, is_affine, reduce_vars
+from .indexing import (
+    Indirect,
+    affine_coefficients,
+    delinearize,
+    index_vars,
+    is_affine,
+    reduce_vars,
+)
 from .ir import BufRef, Extern, IndexValue, Pointwise, View, compute_dtype
 from .registry import Unsupported, register_lowering
 
@@ -177,8 +186,10 @@ def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, s
 @register_lowering("index_select.default")
 def _index_select(ctx, x, dim, index):
     own = ctx.size(x)
-    if not own:
-        raise Unsupported("index_select of a 0-d tensor")
+    if not own:  # a 0-d tensor is one element: every index must be 0
+        at = index_vars(len(ctx.size(index)))
+        index_term(ctx, index, at, 1, wrap=False, dim=0, ranges=_ranges(ctx.size(index)))
+        return _gathered(ctx, x, ())
     dim = _dim(dim, len(own))
     out = ctx.out_size
     vs = list(index_vars(len(out)))
@@ -187,13 +198,29 @@ def _index_select(ctx, x, dim, index):
     return _gathered(ctx, x, vs)
 
 
+@register_lowering("take.default")
+def _take(ctx, x, index):
+    """`x.flatten()[index]`, negative indices counting from the end."""
+    own = ctx.size(x)
+    out = ctx.out_size
+    n = math.prod(own)
+    flat = index_term(ctx, index, index_vars(len(out)), n, wrap=True, dim=0, ranges=_ranges(out))
+    return _gathered(ctx, x, delinearize(flat, own) if own else ())
+
+
 @register_lowering("gather.default")
 def _gather(ctx, x, dim, index, sparse_grad=False):
-    own = ctx.size(x)
-    if not own or len(ctx.size(index)) != len(own):
-        raise Unsupported("gather of a 0-d tensor")
-    dim = _dim(dim, len(own))
+    own, isz = ctx.size(x), ctx.size(index)
     out = ctx.out_size
+    if not own or not isz:  # a 0-d tensor counts as one of size 1
+        if len(own) > 1 or len(isz) > 1:
+            raise Unsupported("gather between a 0-d and a multi-dimensional tensor")
+        at = index_vars(len(isz))
+        v = index_term(ctx, index, at, own[0] if own else 1, wrap=False, dim=0, ranges=_ranges(isz))
+        return _gathered(ctx, x, (v,) if own else ())
+    if len(isz) != len(own):
+        raise Unsupported("gather with index and source of different ranks")
+    dim = _dim(dim, len(own))
     vs = list(index_vars(len(out)))
     vs[dim] = index_term(ctx, index, vs, own[dim], wrap=False, dim=dim, ranges=_ranges(out))
     return _gathered(ctx, x, vs)
