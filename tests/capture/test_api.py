@@ -205,3 +205,26 @@ def test_torch_compile_interop_entry_point():
     f = torch.compile(lambda x: x.sin() * 2, backend=kiln_backend)
     x = torch.randn(3)
     torch.testing.assert_close(f(x), x.sin() * 2)
+
+
+def test_graph_code_is_written_on_first_use_and_called_directly_after():
+    """The graph module writes its Python code when a later call first runs it (the traced
+    call never needs it); from then on the entry calls the generated forward directly."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    def f(x, y):
+        return torch.relu(x) * y + 1
+
+    cf = kiln.compile(f, backend=backend)
+    for _ in range(3):
+        x, y = torch.randn(5), torch.randn(5)
+        torch.testing.assert_close(cf(x, y), f(x, y))
+    (gm,) = seen
+    assert "relu" in gm.code
+    entry = cf._kiln_compiled.entries[0]
+    bound = entry.__globals__["___graph"]
+    assert bound.__func__ is type(gm).forward, bound

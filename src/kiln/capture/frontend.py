@@ -39,6 +39,11 @@ from .residual import (
 from .sources import ConstSource, LocalSource, Namer
 from .tracer import Tracer
 
+try:  # a GraphModule that writes its Python code only when something needs it
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+except ImportError:  # an older torch: generate the code at once
+    _LazyGraphModule = fx.GraphModule
+
 _state = threading.local()
 _all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
 
@@ -264,7 +269,7 @@ class CompiledFunction:
                 root = torch.nn.Module()
                 for name, t in tracer.constants.items():
                     setattr(root, name, t)
-                gm = fx.GraphModule(root, graph, class_name="KilnGraph")
+                gm = _LazyGraphModule(root, graph, class_name="KilnGraph")
             gm.meta["kiln_label"] = self.label
             gm.meta["kiln_options"] = self.opts
             self.graph_modules.append(gm)
@@ -277,6 +282,7 @@ class CompiledFunction:
                 raise TypeError(
                     f"backend {self.opts.backend!r} returned {compiled!r}, which is not callable"
                 )
+            compiled = _first_call(compiled, gm)
             namer.bind("___graph", compiled)
         name = f"___entry_{len(self.entries)}"
         entry, source = build_entry(
@@ -298,6 +304,8 @@ class CompiledFunction:
                 f"guards of {self.label} entry {len(self.entries)}:\n{tracer.guards.describe()}"
             ),
         )
+        if isinstance(compiled, _ResolveOnFirstCall):
+            compiled.scope = entry.__globals__
         logs.log("bytecode", lambda: f"residual of {self.label}:\n{source}")
         self.entries.append(entry)
         self.entry_sources.append(source)
@@ -310,6 +318,32 @@ class CompiledFunction:
         self.entry_sources.clear()
         self.entry_guards.clear()
         self.eager_reason = None
+
+
+class _ResolveOnFirstCall:
+    """The backend returned the graph module's own `forward` and the module writes its code
+    lazily (nothing needs it on the call that was traced): the first later call generates it
+    and puts the real `forward` in the entry's namespace, so calls after that go straight to
+    it."""
+
+    def __init__(self, gm) -> None:
+        self.gm = gm
+        self.scope: dict | None = None
+
+    def __call__(self, *args):
+        self.gm.real_recompile()
+        forward = self.gm.forward
+        if self.scope is not None:
+            self.scope["___graph"] = forward
+        return forward(*args)
+
+
+def _first_call(compiled, gm):
+    lazy = getattr(type(gm), "_lazy_forward", None)
+    if lazy is not None and getattr(compiled, "__func__", None) is lazy:
+        if compiled.__self__ is gm:
+            return _ResolveOnFirstCall(gm)
+    return compiled
 
 
 def _has_hooks(mod: torch.nn.Module) -> bool:

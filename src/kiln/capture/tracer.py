@@ -171,6 +171,10 @@ class Tracer:
         return seen[1] if seen is not None and seen[0] is value else None
 
     def _track_tensor(self, t: torch.Tensor, source: Source) -> None:
+        with torch._C.DisableTorchFunction():  # kiln's own reads of the tensor's metadata
+            self._track_tensor_unrecorded(t, source)
+
+    def _track_tensor_unrecorded(self, t: torch.Tensor, source: Source) -> None:
         seen = self.sources.get(id(t))
         if seen is not None:
             if seen[1].describe() != source.describe():
