@@ -142,13 +142,14 @@ def run_op(opinfo, samples_per_op: int = 4, compiler: str = "kiln"):
         draws = []
         for k in range(_draws(kind)):
             with _reseeded(k):
-                draws.append(fn(*[t.clone() for t in leaves]))
-        gm = make_fx(fn)(*[t.clone() for t in leaves])
+                draws.append(fn(*_copies(leaves)))
+        traced = _copies(leaves)
+        gm = make_fx(fn)(*traced)
     except Exception as e:  # noqa: BLE001
         return "skip", f"eager/make_fx: {type(e).__name__}", False
     try:
-        compiled, lowered = COMPILERS[compiler](fn, gm, leaves)
-        got = compiled(*[t.clone() for t in leaves])
+        compiled, lowered = COMPILERS[compiler](fn, gm, traced)
+        got = compiled(*_copies(leaves))
     except GraphUnsupported as e:
         return "eager", f"graph runs eagerly: {e}", False
     except Exception as e:  # noqa: BLE001
@@ -162,6 +163,19 @@ def run_op(opinfo, samples_per_op: int = 4, compiler: str = "kiln"):
         except AssertionError as err:
             return "fail", f"mismatch ({kind}): {_first_line(err)}", lowered
     return "pass", "" if kind == "values" else f"compared as {kind}", lowered
+
+
+def _copies(tensors) -> list:
+    """Fresh copies with the samples' strides (`clone` makes a non-dense sample, e.g. a stride-2
+    index vector, contiguous: a graph traced on that must not be called with the original)."""
+    out = []
+    for t in tensors:
+        try:
+            c = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+            out.append(c.copy_(t))
+        except RuntimeError:  # overlapping strides (an expanded sample): a dense copy
+            out.append(t.clone())
+    return out
 
 
 def _draws(kind: str) -> int:
