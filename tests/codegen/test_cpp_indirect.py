@@ -138,6 +138,27 @@ def test_advanced_indexing_with_negative_indices_none_and_broadcasting():
     assert "kiln::indirect_wrap(" in compiled.cpp_source
 
 
+def test_indices_computed_in_the_graph_and_cross_entropys_gather():
+    def fn(x, t):
+        best = torch.gather(x, 1, x.argmax(1, keepdim=True))  # positions: in range, no check
+        worst = x[torch.arange(x.shape[0]), x.argmin(1)]
+        nll = -torch.gather(x.log_softmax(-1), 1, t.unsqueeze(1)).mean()
+        shuffled = x[:, (torch.arange(x.shape[1]) * 3) % x.shape[1]]
+        return best, worst, nll, shuffled
+
+    def inputs():
+        return torch.randn(16, 40), _randint(0, 40, (16,))
+
+    compiled = check(fn, *inputs(), inputs_fn=inputs)
+    graph = compiled.schedule.graph
+    assert _fallbacks(compiled) == []
+    checked = [n.args[2] for n in graph.nodes if is_check(n)]
+    assert checked == ["aten.gather.default", "aten.index.Tensor"]  # the targets, the shuffle
+    # the log-softmax is never stored: the loss reads the gathered logits and the row stats
+    stored = [n.name for n in graph.nodes if getattr(n, "size", None) == (16, 40)]
+    assert stored == [graph.outputs[-1]]
+
+
 def test_boolean_mask_index_stays_an_extern_call_and_matches_eager():
     def fn(x, m):
         return (x[m] * 2,)

@@ -11,7 +11,8 @@ indirect index into range, so the kernels never read outside a buffer whatever o
 runs in.
 
 An index tensor that is a pure function of position (an `arange`) needs no memory read: its
-expression is substituted, and when it provably stays in range there is no check either.
+expression is substituted, and when it provably stays in range there is no check either; nor
+is there one for indices that are argmax/argmin positions within the indexed dimension.
 
 Why it exists: as extern calls these ops each wrote a full tensor that the next kernel read
 back; lowered, the gathered rows go straight into the consumer's registers. Only devices whose
@@ -35,7 +36,7 @@ from .indexing import (
     is_affine,
     reduce_vars,
 )
-from .ir import BufRef, Extern, IndexValue, Pointwise, View, compute_dtype
+from .ir import BufRef, Extern, IndexValue, Pointwise, Reduction, View, compute_dtype
 from .registry import Unsupported, register_lowering
 
 INDEX_DTYPES = (torch.int64, torch.int32)
@@ -105,13 +106,24 @@ def index_term(ctx, idx: BufRef, at, size: int, *, wrap: bool, dim: int, ranges:
             positional = _wrapped(positional, size, ranges)
         if positional is not None and _in_range(positional, size, ranges):
             return positional
-    _add_check(ctx, idx, size, wrap, dim)
     node = ctx.nodes[idx.name]
     if isinstance(node, View):  # read the base, as `ctx.load` does
         sub = dict(zip(index_vars(len(node.size)), at))
         at = tuple(e.xreplace(sub) for e in node.index)
         node = ctx.nodes[node.base]
+    if not _positions_of_at_most(node, size):
+        _add_check(ctx, idx, size, wrap, dim)
     return Indirect.make(node.name, at, size, wrap)
+
+
+def _positions_of_at_most(node, size: int) -> bool:
+    """True if every value of `node` is a position in [0, size): argmax/argmin over no more
+    than `size` elements (`x.gather(1, x.argmax(1, keepdim=True))` needs no check)."""
+    return (
+        isinstance(node, Reduction)
+        and node.reduce_type in ("argmax", "argmin")
+        and math.prod(node.reduce_size) <= size
+    )
 
 
 def _positional(ctx, idx: BufRef, at):
