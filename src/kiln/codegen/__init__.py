@@ -30,6 +30,7 @@ from ..schedule import schedule
 from .compiled import CompiledGraph, make_namespace
 from .cpp.renderer import render_module
 from .devices import eager_callable
+from .restride import functionalize_restrides
 from .wrapper import render_wrapper
 
 
@@ -51,6 +52,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options 
 def compile_graph_strict(gm, example_inputs, *, options: Options | None = None) -> CompiledGraph:
     """`compile_graph` without the eager fallback: errors propagate (tests use this)."""
     start = time.perf_counter()
+    functionalize_restrides(gm)
     fuel = options.get("debug.fuel") if options is not None else None
     verify_ir = options.get("debug.verify_ir") if options is not None else False
     graph = lower_graph(gm, list(example_inputs))

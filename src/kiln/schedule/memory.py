@@ -78,6 +78,7 @@ def plan_memory(graph: LoopGraph, steps) -> tuple:
     owner = {v.name: v.base for v in views}
     returned = {o for o in graph.outputs if isinstance(o, str)}
     pinned = returned | {owner.get(o, o) for o in returned} | set(graph.constants)
+    pinned |= _viewed_by_externs(graph, owner)
     inputs = set(graph.inputs)
     last: dict[str, int] = {}
     for k, step in enumerate(steps):
@@ -125,6 +126,17 @@ def plan_memory(graph: LoopGraph, steps) -> tuple:
                 node = nodes[name]
                 pool[(node.dtype, math.prod(node.size))].append(name)
     return tuple(out)
+
+
+def _viewed_by_externs(graph: LoopGraph, owner: dict) -> set[str]:
+    """Buffers an extern call returns a view of (`as_strided`, `split`, ... kept as ATen
+    calls): that view shares their storage, so they never go back to the pool for reuse."""
+    out = set()
+    for n in graph.nodes:
+        schema = getattr(n.target, "_schema", None) if isinstance(n, Extern) else None
+        if schema is not None and any(r.alias_info is not None for r in schema.returns):
+            out.update(owner.get(r, r) for r in _refs((n.args, n.kwargs)))
+    return out
 
 
 def is_computed(node) -> bool:

@@ -27,9 +27,12 @@ from ...lower import GraphUnsupported, extern_summary, lower_graph
 from ...lower.ir import LoopGraph
 from ...options import Options
 from ...runtime.triton_builder import TritonNotFound, load, prestart, require_triton
+from ...runtime.triton_interpret import is_interpreting
+from ...runtime.triton_launch import FastKernel
 from ...schedule import schedule
 from ..compiled import CompiledGraph
 from ..devices import eager_callable
+from ..restride import functionalize_restrides
 from .renderer import TritonKernel, TritonModule, render_module
 from .wrapper import render_wrapper
 
@@ -63,6 +66,7 @@ def compile_graph_strict(
     require_triton()
     start = time.perf_counter()
     prestart()
+    functionalize_restrides(gm)
     fuel = options.get("debug.fuel") if options is not None else None
     verify_ir = options.get("debug.verify_ir") if options is not None else False
     example_inputs = list(example_inputs)
@@ -123,8 +127,10 @@ def make_namespace(loaded, module: TritonModule, wrapper, constants: dict, devic
         "_device_guard": _device_guard,
         "_default_device": device,
     }
+    fast = not is_interpreting()  # the interpreter has no compiled launchers to call
     for k in module.kernels:
-        ns[k.name] = getattr(loaded, k.name)
+        jit = getattr(loaded, k.name)
+        ns[k.name] = FastKernel(jit) if fast else jit
     ns.update(wrapper.externs)
     ns.update(constants)
     return ns
