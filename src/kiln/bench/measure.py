@@ -76,7 +76,7 @@ def compile_torch(model: torch.nn.Module, mode: str) -> Compiled:
 class _CountRecords(logging.Handler):
     """Keeps the messages logged to one artifact log (those starting with `prefix`)."""
 
-    def __init__(self, prefix: str = "") -> None:
+    def __init__(self, prefix: str | tuple[str, ...] = "") -> None:
         super().__init__()
         self.prefix = prefix
         self.reasons: list[str] = []
@@ -103,7 +103,7 @@ def compile_kiln(model: torch.nn.Module, mode: str) -> Compiled:
         graphs[0] += 1
         return real(gm, example_inputs)
 
-    breaks, fallbacks = _CountRecords(), _CountRecords(prefix="inductor:")
+    breaks, fallbacks = _CountRecords(), _CountRecords(prefix=("inductor:", "graph runs eagerly"))
     logging.getLogger("kiln.graph_breaks").addHandler(breaks)
     logging.getLogger("kiln.perf_hints").addHandler(fallbacks)
     kiln.set_logs(*(logs.enabled_artifacts() | {"graph_breaks", "perf_hints"}))

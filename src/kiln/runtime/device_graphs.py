@@ -2,8 +2,8 @@
 
 Takes a compiled callable (plain, or boxed: `_boxed_call`, one list of inputs) and gives a boxed
 callable that, for each input signature (shapes, strides, dtypes, devices, plain values and the
-addresses of static inputs), runs once normally on a side stream (the warm-up, which also
-initialises lazy state such as cuBLAS handles), captures the launches of a second run into a
+addresses of static inputs), runs once normally (the warm-up, which also initialises lazy
+state such as cuBLAS handles), captures the launches of a second run into a
 device graph, and from then on copies the non-static inputs into the graph's static input buffers
 and replays it. Static inputs (`nn.Parameter`s and positions the caller names) are used in place.
 All graphs of one `GraphGroup` (a compiled function's forward, backward and inference graphs)
@@ -72,24 +72,14 @@ class DeviceGraphs:
 
 
 class CudaGraphs(DeviceGraphs):
-    def __init__(self) -> None:
-        # One warm-up stream per device, reused: cuBLAS keeps a workspace (32 MiB on Hopper)
-        # for every stream it has run on, so a new stream per warm-up would cost one per shape.
-        self._side: dict[int, torch.cuda.Stream] = {}
-
     def new_pool(self) -> Any:
         return torch.cuda.graph_pool_handle()
 
     def warmup(self, run: Callable[[], Any]) -> Any:
-        device = torch.cuda.current_device()
-        side = self._side.get(device)
-        if side is None:
-            side = self._side[device] = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            out = run()
-        torch.cuda.current_stream().wait_stream(side)
-        return out
+        # On the caller's stream: the warm-up's results go back to the caller, and tensors
+        # allocated on a side stream but used and freed on this one could be handed out again
+        # while this stream still reads them. (The capture runs on torch.cuda.graph's stream.)
+        return run()
 
     def capture(self, run: Callable[[], Any], pool: Any) -> tuple[Any, Any]:
         graph = torch.cuda.CUDAGraph()

@@ -131,8 +131,13 @@ def test_parallel_compile_warms_kernels():
         d = F.layer_norm(x, (x.shape[1],))
         return a, b, c, d
 
+    def scales(x, y):
+        # exp of a float32 sum: the sum is known to eps * sum|y| in any order, and exp
+        # multiplies that error by its own value (the module doc of tr_helpers: `scales=`)
+        return {2: (torch.exp(y.sum(0) + 1) * y.abs().sum(0)).max().item()}
+
     before = triton_builder.STATS["warmed"]
-    c = check(fn, cuda(128, 96), cuda(64, 33))
+    c = check(fn, cuda(128, 96), cuda(64, 33), scales=scales)
     assert kernel_count(c) >= triton_builder.PARALLEL_MIN_KERNELS
     assert triton_builder.STATS["warmed"] > before
 

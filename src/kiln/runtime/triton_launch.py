@@ -1,0 +1,73 @@
+"""Fast Triton launches: call a compiled kernel's launcher directly after its first launch.
+
+Takes a `@triton.jit` function; gives an object used exactly like it in the wrapper program —
+`kernel0[grid](buf0, arg0, XBLOCK=1024, num_warps=4)` — that launches with a fraction of the
+Python overhead. `JITFunction.run` binds arguments, computes a specialization key and looks up
+its cache on every launch (tens of microseconds); a graph of small kernels (a decode step: a
+hundred launches) spends more time there than on the GPU. Here the first launch of each grid
+goes through Triton as usual and keeps the `CompiledKernel` it returns; later launches call its
+launcher with the current stream.
+
+A compiled kernel is specialized on which pointer arguments are 16-byte aligned; a later launch
+whose arguments differ there (a view at an odd offset) takes Triton's own path, which picks or
+compiles the matching variant. Launch hooks (profilers set `knobs.runtime.launch_enter_hook`)
+also take Triton's path, so they see every launch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _aligned(args) -> tuple:
+    return tuple(a.data_ptr() % 16 == 0 if isinstance(a, torch.Tensor) else a for a in args)
+
+
+class _Launch:
+    __slots__ = ("jit", "grid", "compiled", "aligned", "consts", "device")
+
+    def __init__(self, jit, grid: tuple) -> None:
+        self.jit, self.grid = jit, tuple(grid) + (1,) * (3 - len(grid))
+        self.compiled = None
+
+    def __call__(self, *args, **kwargs):
+        ck = self.compiled
+        if ck is not None and _aligned(args) == self.aligned and _no_hooks():
+            stream = torch._C._cuda_getCurrentRawStream(self.device)
+            g = self.grid
+            ck.run(g[0], g[1], g[2], stream, ck.function, ck.packed_metadata, None, None, None,
+                   *args, *self.consts)  # fmt: skip
+            return
+        kernel = self.jit[self.grid](*args, **kwargs)
+        if ck is None and kernel is not None and hasattr(kernel, "packed_metadata"):
+            self.aligned = _aligned(args)
+            self.consts = tuple(v for k, v in kwargs.items() if k not in _OPTIONS)
+            self.device = torch.cuda.current_device()
+            kernel.run  # noqa: B018 - loads the launcher now, not inside a later capture
+            self.compiled = kernel
+
+
+_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def _no_hooks() -> bool:
+    from triton import knobs
+
+    return knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None
+
+
+class FastKernel:
+    """A `@triton.jit` function with cached launchers, one per grid (see module doc)."""
+
+    def __init__(self, jit) -> None:
+        self.jit = jit
+        self._launches: dict[tuple, _Launch] = {}
+
+    def __getitem__(self, grid) -> _Launch:
+        launch = self._launches.get(grid)
+        if launch is None:
+            launch = self._launches[grid] = _Launch(self.jit, grid)
+        return launch
+
+    def __getattr__(self, name):
+        return getattr(self.jit, name)
