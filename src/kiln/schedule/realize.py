@@ -178,7 +178,11 @@ class _Lifetimes:
             name: max((end if u == "<output>" else self.pos[u]) for u in us)
             for name, us in readers.items()
         }
-        self.externs = [(k, n.name) for k, n in enumerate(graph.nodes) if isinstance(n, Extern)]
+        self.externs = [  # bounds checks read two scalars: kernels fuse across them
+            (k, n.name)
+            for k, n in enumerate(graph.nodes)
+            if isinstance(n, Extern) and not _is_check(n)
+        ]
         self.pinned = set(graph.inputs) | set(graph.constants)
         self.pinned |= {o for o in graph.outputs if isinstance(o, str)}
         self.nodes = graph.node_map()
