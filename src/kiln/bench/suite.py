@@ -109,8 +109,8 @@ SUITES: dict[str, Suite] = {
         ),
         timing_s=1.0,
         worker_timeout_s=180.0,
-        budget_s=570.0,
-        jobs=2,
+        budget_s=540.0,
+        jobs=3,
     ),
 }
 

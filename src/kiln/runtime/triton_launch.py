@@ -10,8 +10,8 @@ launcher with the current stream.
 
 A compiled kernel is specialized on which pointer arguments are 16-byte aligned; a later launch
 whose arguments differ there (a view at an odd offset) takes Triton's own path, which picks or
-compiles the matching variant. Launch hooks (profilers set `knobs.runtime.launch_enter_hook`)
-also take Triton's path, so they see every launch.
+compiles the matching variant. While a launch hook is set (profilers add them to
+`knobs.runtime.launch_enter_hook`), launches take Triton's path, so the hooks see every launch.
 """
 
 from __future__ import annotations
@@ -23,8 +23,15 @@ def _aligned(args) -> tuple:
     return tuple(a.data_ptr() % 16 == 0 if isinstance(a, torch.Tensor) else a for a in args)
 
 
+def _all_aligned(args) -> bool:
+    for a in args:
+        if a.data_ptr() & 15:
+            return False
+    return True
+
+
 class _Launch:
-    __slots__ = ("jit", "grid", "compiled", "aligned", "consts", "device")
+    __slots__ = ("jit", "grid", "compiled", "aligned", "consts", "device", "plain")
 
     def __init__(self, jit, grid: tuple) -> None:
         self.jit, self.grid = jit, tuple(grid) + (1,) * (3 - len(grid))
@@ -32,7 +39,11 @@ class _Launch:
 
     def __call__(self, *args, **kwargs):
         ck = self.compiled
-        if ck is not None and _aligned(args) == self.aligned and _no_hooks():
+        if (
+            ck is not None
+            and _no_hooks()
+            and (_all_aligned(args) if self.plain else _aligned(args) == self.aligned)
+        ):
             stream = torch._C._cuda_getCurrentRawStream(self.device)
             g = self.grid
             ck.run(g[0], g[1], g[2], stream, ck.function, ck.packed_metadata, None, None, None,
@@ -41,6 +52,8 @@ class _Launch:
         kernel = self.jit[self.grid](*args, **kwargs)
         if ck is None and kernel is not None and hasattr(kernel, "packed_metadata"):
             self.aligned = _aligned(args)
+            # every argument a tensor at a 16-byte aligned address: the common, cheap check
+            self.plain = all(isinstance(a, torch.Tensor) for a in args) and all(self.aligned)
             self.consts = tuple(v for k, v in kwargs.items() if k not in _OPTIONS)
             self.device = torch.cuda.current_device()
             kernel.run  # noqa: B018 - loads the launcher now, not inside a later capture
@@ -51,9 +64,12 @@ _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
 def _no_hooks() -> bool:
+    """No launch hook is set (Triton keeps them as `HookChain`s, empty unless a profiler or
+    debugger added one)."""
     from triton import knobs
 
-    return knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None
+    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    return not getattr(enter, "calls", enter) and not getattr(leave, "calls", leave)
 
 
 class FastKernel:

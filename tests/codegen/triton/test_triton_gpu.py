@@ -152,3 +152,26 @@ def test_kiln_compile_module_on_cuda():
     x = cuda(32, 64)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_launches_after_the_first_skip_tritons_dispatch(monkeypatch):
+    from triton.runtime.jit import JITFunction
+
+    def fn(x, y):
+        return (torch.sin(x) * y + 1,)
+
+    x, y = cuda(4096), cuda(4096)
+    c = check(fn, x, y, fresh=False)  # the first launch: through Triton, compiles
+    slow = []
+    real = JITFunction.run
+    monkeypatch.setattr(
+        JITFunction, "run", lambda self, *a, **k: slow.append(1) or real(self, *a, **k)
+    )
+    for _ in range(3):
+        x, y = cuda(4096), cuda(4096)
+        torch.testing.assert_close(c(x, y)[0], fn(x, y)[0])
+    assert slow == []  # the compiled kernel's launcher was called directly
+    base = cuda(4097)
+    x = base[1:]  # 4 bytes past an aligned address: the kernel compiled for aligned pointers
+    torch.testing.assert_close(c(x, y)[0], fn(x, y)[0])
+    assert slow  # ... so this launch went through Triton, which picks the matching variant
