@@ -78,7 +78,9 @@ def plan_memory(graph: LoopGraph, steps) -> tuple:
     owner = {v.name: v.base for v in views}
     returned = {o for o in graph.outputs if isinstance(o, str)}
     pinned = returned | {owner.get(o, o) for o in returned} | set(graph.constants)
-    pinned |= _viewed_by_externs(graph, owner)
+    # Freed after their last reader like any buffer (the view keeps the storage alive), but
+    # never reused: the view may still be read after that.
+    shared = _viewed_by_externs(graph, owner)
     inputs = set(graph.inputs)
     last: dict[str, int] = {}
     for k, step in enumerate(steps):
@@ -122,7 +124,7 @@ def plan_memory(graph: LoopGraph, steps) -> tuple:
             ):
                 continue
             out.append(Free(name))
-            if name in reusable:
+            if name in reusable and name not in shared:
                 node = nodes[name]
                 pool[(node.dtype, math.prod(node.size))].append(name)
     return tuple(out)
