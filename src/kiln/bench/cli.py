@@ -192,7 +192,7 @@ def run_tasks(
     return [row for rows in results for row in rows], skipped
 
 
-def _meta(argv: list[str], title: str, tasks, args) -> dict:
+def _meta(argv: list[str], title: str, tasks, args, jobs: int = 1) -> dict:
     import torch
 
     import kiln
@@ -213,6 +213,7 @@ def _meta(argv: list[str], title: str, tasks, args) -> dict:
         "size": tasks[0].size if tasks else args.size,
         "threads": args.threads or f"torch default ({torch.get_num_threads()})",
         "timing_s": tasks[0].timing_s if tasks else args.timing_s,
+        "jobs": jobs,
     }
 
 
@@ -249,7 +250,7 @@ def bench_main(argv: list[str]) -> int:
     skipped += over
     for line in report.summary_lines(rows, over):
         print(line)
-    meta = _meta(argv, title, tasks, args)
+    meta = _meta(argv, title, tasks, args, jobs)
     rows = [{**r} for r in rows]
     if args.json:
         report.write_json(args.json, rows, skipped, meta)
