@@ -65,7 +65,8 @@ CHECK_INDEX = torch.ops.kiln.check_index.default
 
 def _add_check(ctx, idx: BufRef, size: int, wrap: bool, dim: int) -> None:
     """Raise at run time, as eager does, if an element of `idx` is outside the dimension."""
-    key = (idx.name, size, wrap)
+    index_error = "gather" not in str(ctx.op)  # eager's gather raises RuntimeError
+    key = (idx.name, size, wrap, index_error)
     if key in ctx.checks and ctx.checks[key] in ctx.nodes:  # (nodes roll back on Unsupported)
         return
     shape = ctx.size(idx)
@@ -74,7 +75,6 @@ def _add_check(ctx, idx: BufRef, size: int, wrap: bool, dim: int) -> None:
     bad = ops.op("logical_or", ops.op("lt", v, _i64(lo)), ops.op("ge", v, _i64(size)))
     flag = ctx.reduction((), torch.bool, "any", shape, bad)
     worst = ctx.reduction((), torch.int64, "max", shape, ops.where(bad, v, _i64(INT64_MIN)))
-    index_error = "gather" not in str(ctx.op)  # eager's gather raises RuntimeError
     name = ctx.fresh("check")
     args = (flag, worst, str(ctx.op), dim, size, index_error)
     ctx.add(Extern(name, CHECK_INDEX, args, (), (None,), False, "bounds check of indices"))
@@ -106,14 +106,19 @@ def index_term(ctx, idx: BufRef, at, size: int, *, wrap: bool, dim: int, ranges:
             positional = _wrapped(positional, size, ranges)
         if positional is not None and _in_range(positional, size, ranges):
             return positional
-    node = ctx.nodes[idx.name]
-    if isinstance(node, View):  # read the base, as `ctx.load` does
-        sub = dict(zip(index_vars(len(node.size)), at))
-        at = tuple(e.xreplace(sub) for e in node.index)
-        node = ctx.nodes[node.base]
+    node, at = _resolved(ctx, idx, at)
     if not _positions_of_at_most(node, size):
         _add_check(ctx, idx, size, wrap, dim)
     return Indirect.make(node.name, at, size, wrap)
+
+
+def _resolved(ctx, idx: BufRef, at):
+    """(the node holding `idx`'s values, the index into it): a view is read at its base."""
+    node = ctx.nodes[idx.name]
+    if isinstance(node, View):
+        sub = dict(zip(index_vars(len(node.size)), at))
+        return ctx.nodes[node.base], tuple(e.xreplace(sub) for e in node.index)
+    return node, at
 
 
 def _positions_of_at_most(node, size: int) -> bool:
@@ -128,11 +133,7 @@ def _positions_of_at_most(node, size: int) -> bool:
 
 def _positional(ctx, idx: BufRef, at):
     """`idx[at]` as an index expression if `idx` is computed from positions only (arange)."""
-    node = ctx.nodes[idx.name]
-    if isinstance(node, View):
-        sub = dict(zip(index_vars(len(node.size)), at))
-        at = tuple(e.xreplace(sub) for e in node.index)
-        node = ctx.nodes[node.base]
+    node, at = _resolved(ctx, idx, at)
     body = node.body if isinstance(node, Pointwise) else None
     while (
         body is not None and getattr(body, "op", None) == "to" and not body.dtype.is_floating_point
