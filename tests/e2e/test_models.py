@@ -207,3 +207,30 @@ def test_codegen_error_falls_back_to_eager_kernels(monkeypatch):
     model(x_ref).sum().backward()
     torch.testing.assert_close(x_grad, x_ref.grad)
     kiln.reset()
+
+
+@pytest.mark.gpu
+def test_nanogpt_training_step_on_cuda(compiled_graphs):
+    # On CUDA attention decomposes to the fused efficient-attention kernel, whose backward reads
+    # the forward's logsumexp: the training forward must ask for it (it once got an empty one).
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from kiln.bench import suite
+
+    bench = suite.load_models(suite.models_dir())["nanogpt"]  # attention through SDPA
+    model, _ = bench.factory("cuda", torch.float32, "small", seed=4)
+    model.train()
+    ref = copy.deepcopy(model)
+    compiled = kiln.compile(model)
+    for seed in range(2):
+        (idx,) = bench.inputs("cuda", torch.float32, "small", seed=10 + seed)
+        out, out_ref = compiled(idx), ref(idx)
+        out.square().mean().backward()
+        out_ref.square().mean().backward()
+        # float32 on the GPU: fused kernels sum in another order than eager's kernels
+        torch.testing.assert_close(out, out_ref, rtol=1e-4, atol=1e-5)
+        for p, p_ref in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-4, atol=1e-5)
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+    _assert_generated(compiled_graphs, 2)

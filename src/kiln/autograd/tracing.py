@@ -126,7 +126,31 @@ def trace_functional_forward(
     mode = FakeTensorMode()
     body = _with_constants(_functional_body(gm, meta, grad_enabled, detach=True), inputs)
     traced = _trace(body, fake_args(mode, inputs), mode, decomps.functionalization_repairs())
+    _keep_attention_logsumexp(traced)
     return FunctionalForward(traced, **_layout(meta))
+
+
+# Fused attention ops whose backward reads the forward's logsumexp, which they only compute when
+# asked (argument 4, `compute_log_sumexp`).
+_LSE_FLAG = {
+    aten._scaled_dot_product_efficient_attention.default: 4,
+    aten._scaled_dot_product_cudnn_attention.default: 4,
+}
+
+
+def _keep_attention_logsumexp(gm: torch.fx.GraphModule) -> None:
+    """`scaled_dot_product_attention` picks `compute_log_sumexp=query.requires_grad` when it
+    decomposes; the stage-1 trace runs on detached fake tensors, so it picked False, and the
+    backward would get an empty logsumexp (wrong gradients, or ATen's "LSE is not correctly
+    aligned"). A training forward always computes it."""
+    changed = False
+    for node in gm.graph.nodes:
+        pos = _LSE_FLAG.get(node.target) if node.op == "call_function" else None
+        if pos is not None and len(node.args) > pos and node.args[pos] is False:
+            node.args = (*node.args[:pos], True, *node.args[pos + 1 :])
+            changed = True
+    if changed:
+        gm.recompile()
 
 
 def trace_inference(

@@ -128,9 +128,13 @@ def _as_tuple(out) -> tuple:
 class _Recorded:
     """One captured graph: its static inputs and outputs and its replay count."""
 
-    def __init__(self, graph, static_inputs: list, outputs: tuple, generation: Generation):
+    def __init__(
+        self, graph, static_inputs: list, outputs: tuple, generation: Generation, impl: str
+    ):
         self.graph = graph
         self.static_inputs = static_inputs
+        self.impl = impl
+        self.copied: list[int] = []  # positions copied into their buffer before each replay
         self.outputs = outputs
         self.generation = generation
         self.output_ptrs = {o.data_ptr() for o in outputs if isinstance(o, torch.Tensor)}
@@ -189,11 +193,16 @@ class GraphedCallable:
         return i in self.static_positions or isinstance(a, torch.nn.Parameter)
 
     def _signature(self, args: list) -> tuple:
+        """What selects a graph: a static input by its address (a graph reads it in place, so
+        another tensor there needs another graph), any other tensor by its layout."""
         sig = []
+        static = self.static_positions
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
-                static_ptr = a.data_ptr() if self._is_static(i, a) else None
-                sig.append((tuple(a.shape), a.stride(), a.dtype, a.device, static_ptr))
+                if i in static or isinstance(a, torch.nn.Parameter):
+                    sig.append(a.data_ptr())
+                else:
+                    sig.append((a.shape, a.stride(), a.dtype, a.device))
             elif isinstance(a, (int, float, bool, str, type(None))):
                 sig.append((type(a), a))
             else:
@@ -215,15 +224,18 @@ class GraphedCallable:
     def __call__(self, args_list: list) -> tuple:
         args = list(args_list)
         args_list.clear()  # the boxed convention: the caller's references go now
-        impl_name, why = self._implementation(args)
-        if impl_name is None:
-            return self._fallback(None, why, args)
         key = self._signature(args)
+        rec = self.recorded.get(key)
+        if rec is not None:
+            impl_name = rec.impl  # a recorded signature: its device was checked then
+        else:
+            impl_name, why = self._implementation(args)
+            if impl_name is None:
+                return self._fallback(None, why, args)
         if key in self.failed:
             return self._run(args)
         if self.backward_of is not None:
             self.backward_of._consumed(args)
-        rec = self.recorded.get(key)
         if rec is None:
             if len(self.recorded) >= self.group.max_shapes:
                 return self._fallback(
@@ -290,7 +302,12 @@ class GraphedCallable:
             graph, outs = impl.capture(lambda: self._run(static_inputs), pool)
         except Exception as e:  # an op that cannot be captured: run without the graph
             return self._fallback(key, f"capture failed ({type(e).__name__}: {str(e)[:200]})", args)
-        rec = _Recorded(graph, static_inputs, outs, Generation(self.group.label))
+        rec = _Recorded(graph, static_inputs, outs, Generation(self.group.label), impl_name)
+        rec.copied = [
+            i
+            for i, a in enumerate(args)
+            if isinstance(a, torch.Tensor) and not self._is_static(i, a)
+        ]
         self.recorded[key] = rec
         return self._replay(key, rec, impl_name, args)
 
@@ -303,8 +320,9 @@ class GraphedCallable:
         return buf.copy_(a)
 
     def _replay(self, key: tuple, rec: _Recorded, impl_name: str, args: list) -> tuple:
-        for a, s in zip(args, rec.static_inputs):
-            if isinstance(a, torch.Tensor) and a.data_ptr() != s.data_ptr():
+        for i in rec.copied:
+            a, s = args[i], rec.static_inputs[i]
+            if a.data_ptr() != s.data_ptr():
                 s.copy_(a)
         del args
         IMPLEMENTATIONS[impl_name].replay(rec.graph)
