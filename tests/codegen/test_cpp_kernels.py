@@ -250,3 +250,16 @@ def test_column_sums_are_summed_a_block_of_columns_at_a_time():
     c = check(fn, torch.randn(128, 96), torch.randn(128, 96))
     assert "xb += 64" in c.cpp_source
     assert "#pragma omp simd reduction" not in c.cpp_source.split('extern "C"', 1)[1]
+
+
+def test_layer_norm_weight_gradient_sums_are_column_kernels_too():
+    # Per-row statistics (mean, rstd: one value per reduced position) and per-column weights
+    # ride along in the column layout; the sums still read the gradient in memory order.
+    def fn(g, x, mean, rstd, w):
+        xhat = (x - mean) * rstd
+        return (g * xhat).sum(0), g.sum(0), (g * w * xhat).sum(0)
+
+    args = (torch.randn(128, 96), torch.randn(128, 96), torch.randn(128, 1), torch.rand(128, 1))
+    c = check(fn, *args, torch.randn(96))
+    assert "xb += 64" in c.cpp_source
+    assert "#pragma omp simd reduction" not in c.cpp_source.split('extern "C"', 1)[1]

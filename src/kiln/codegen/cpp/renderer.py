@@ -326,8 +326,11 @@ def _storage_coefficients(node, k: _KernelContext):
 
 
 def _is_column_kernel(kernel: Kernel, nodes: dict) -> bool:
-    """Float sums only (any per-row members after them), every load strided along the reduced
-    position and contiguous along the row: then a column layout reads memory in order."""
+    """Float sums only (any per-row members after them), each reading at least one buffer
+    strided along the reduced position and contiguous along the row, and nothing that moves
+    along the row by other than one element: then a column layout reads memory in order.
+    Loads that do not move along the row are one value per reduced position (layer norm's
+    per-token mean and rstd in its weight gradient) and cost nothing in that layout."""
     k = _KernelContext(kernel, nodes)
     reds = [nodes[m.name] for m in kernel.members if isinstance(nodes[m.name], Reduction)]
     if not reds or kernel.outer < 8 or kernel.inner < 2:
@@ -338,9 +341,9 @@ def _is_column_kernel(kernel: Kernel, nodes: dict) -> bool:
         if red.reduce_type != "sum" or compute_ctype(red.dtype) not in ("float", "double"):
             return False
         coeffs = _storage_coefficients(red, k)
-        if not coeffs or any(cx not in (0, 1) or cr in (0, 1) for cx, cr in coeffs):
+        if not coeffs or any(cx not in (0, 1) or (cx, cr) == (1, 1) for cx, cr in coeffs):
             return False
-        if all(cx == 0 for cx, _ in coeffs):
+        if not any(cx == 1 and cr not in (0, 1) for cx, cr in coeffs):
             return False
     return True
 
