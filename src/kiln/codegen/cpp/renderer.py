@@ -223,9 +223,14 @@ def _per_row(k: _KernelContext, node: Pointwise, lines: list[str], ind: str) -> 
     _store(k, node, _X, f"v_{node.name}", ind, lines)
 
 
-def _inner_loop(k: _KernelContext, members, lines: list[str], ind: str, pragma: str) -> None:
+def _inner_loop(
+    k: _KernelContext, members, lines: list[str], ind: str, pragma: str, piece=None
+) -> None:
+    """One loop over the row's elements computing `members`; `piece` = (start, end, body):
+    only positions [start, end) of a single member, whose body there is `body`."""
+    start, end, body = piece or (0, k.kernel.inner, None)
     lines.append(f"{ind}{pragma}")
-    lines.append(f"{ind}for (int64_t r = 0; r < {k.kernel.inner}; ++r) {{")
+    lines.append(f"{ind}for (int64_t r = {start}; r < {end}; ++r) {{")
     inner = ind + "  "
     same_row: list[str] = []
     for m in members:
@@ -238,7 +243,7 @@ def _inner_loop(k: _KernelContext, members, lines: list[str], ind: str, pragma: 
         _bind(lines, inner + "  ", vs[m.split :], node.size[m.split :], _R)
         member_body = _Body(k, lines, inner + "  ")
         member_body.names.update(k.preset.get(node.name, {}))
-        v = member_body.emit(node.body)
+        v = member_body.emit(body if body is not None else node.body)
         lines.append(f"{inner}  {var} = {v};")
         lines.append(f"{inner}}}")
         _store(k, node, _X * k.kernel.inner + _R, var, inner, lines)
@@ -247,6 +252,86 @@ def _inner_loop(k: _KernelContext, members, lines: list[str], ind: str, pragma: 
     lines.append(f"{ind}}}")
     for name in same_row:  # element values are only valid inside this loop
         del k.values[name]
+
+
+def _pieces(k: _KernelContext, group) -> list | None:
+    """A member that picks its value by position along the row (`cat` along the last dim:
+    `where(i2 < 256, a, where(i2 < 512, b, c))`) as (start, end, body) per piece, so each
+    piece is a plain loop with no select and only its own loads; None for any other member."""
+    if len(group) != 1 or group[0].name in k.preset:
+        return None
+    (m,) = group
+    node = k.nodes[m.name]
+    if m.per_row or m.split != len(node.size) - 1:
+        return None
+    last = index_vars(len(node.size))[-1]
+    out, start, body = [], 0, node.body
+    while isinstance(body, Op) and body.op == "where":
+        cond, a, b = body.args
+        if not (
+            isinstance(cond, Op)
+            and cond.op == "lt"
+            and isinstance(cond.args[0], IndexValue)
+            and cond.args[0].expr == last
+            and isinstance(cond.args[1], Const)
+            and start < int(cond.args[1].value) < k.kernel.inner
+        ):
+            break
+        end = int(cond.args[1].value)
+        out.append((start, end, a))
+        start, body = end, b
+    if not out:
+        return None
+    out.append((start, k.kernel.inner, body))
+    return [(lo, hi, _within(e, last, lo, hi)) for lo, hi, e in out]
+
+
+def _within(expr, var, lo: int, hi: int):
+    """`expr` with the clamps of its indices (`min(255, i2)`, which keep every branch of a
+    `cat` in bounds) decided for `var` in [lo, hi): a piece's loads then index plainly."""
+    from ...lower.indexing import affine_coefficients, is_affine
+
+    def bounds(a):
+        if a.free_symbols - {var} or not is_affine(a, [var]):
+            return None
+        (c,), k0 = affine_coefficients(a, [var])
+        ends = (c * lo + k0, c * (hi - 1) + k0)
+        return min(ends), max(ends)
+
+    def decide(e):
+        bs = [bounds(a) for a in e.args]
+        if None in bs:
+            return e
+        for k, (a, (alo, ahi)) in enumerate(zip(e.args, bs)):
+            rest = bs[:k] + bs[k + 1 :]
+            if isinstance(e, sympy.Min) and all(ahi <= blo for blo, _ in rest):
+                return a
+            if isinstance(e, sympy.Max) and all(alo >= bhi for _, bhi in rest):
+                return a
+        return e
+
+    def index(ix):
+        if not isinstance(ix, sympy.Basic) or not ix.has(sympy.Min, sympy.Max):
+            return ix
+        return ix.replace(lambda e: isinstance(e, (sympy.Min, sympy.Max)), decide)
+
+    cache: dict = {}
+
+    def go(e):
+        if id(e) in cache:
+            return cache[id(e)]
+        if isinstance(e, Load):
+            r = Load(e.buf, tuple(index(i) for i in e.index), e.dtype)
+        elif isinstance(e, IndexValue):
+            r = IndexValue(index(e.expr), e.dtype)
+        elif isinstance(e, Op):
+            r = Op(e.op, tuple(go(a) for a in e.args), e.dtype)
+        else:
+            r = e
+        cache[id(e)] = r
+        return r
+
+    return go(expr)
 
 
 def render_kernel(kernel: Kernel, nodes: dict) -> CppKernel:
@@ -274,7 +359,9 @@ def render_kernel(kernel: Kernel, nodes: dict) -> CppKernel:
             ):
                 group.append(members.pop(0))
             pragma = "#pragma omp parallel for simd" if flat_parallel else "#pragma omp simd"
-            _inner_loop(k, group, body, ind, pragma)
+            pieces = _pieces(k, group)
+            for piece in pieces or [None]:
+                _inner_loop(k, group, body, ind, pragma, piece)
     params = tuple(k.params)
     sig = ", ".join(
         f"{'' if k.params[p] else 'const '}{CTYPES[_dtype(nodes[p])]}* __restrict__ {p}"
