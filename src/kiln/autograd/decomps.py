@@ -84,6 +84,7 @@ decompose(
     "_native_batch_norm_legit_functional",
     "_native_batch_norm_legit_no_training",
     "_native_batch_norm_legit.no_stats",
+    "_batch_norm_no_update.default",
     why="normalisation: var_mean + pointwise math that fuses with its neighbours",
 )
 decompose(
@@ -128,10 +129,30 @@ def _copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
     return out.clone()
 
 
+def _batch_norm_in_eval(op: torch._ops.OpOverload, training_arg: int) -> Callable:
+    """`op`'s torch decomposition when it normalises with running statistics (eval mode):
+    then it is pure pointwise math. In training it also updates the running statistics in
+    place; it stays whole there and functionalisation handles the update."""
+    torch_decomp = _TORCH_TABLE[op]
+
+    def decomp(*args, **kwargs):
+        training = args[training_arg] if len(args) > training_arg else kwargs.get("training")
+        return NotImplemented if training else torch_decomp(*args, **kwargs)
+
+    return decomp
+
+
+for _op in (aten.native_batch_norm.default, aten.cudnn_batch_norm.default):
+    if _op in _TORCH_TABLE:  # (input, weight, bias, running_mean, running_var, training, ...)
+        register(_op, why="batch norm in eval mode: pointwise math fused with its neighbours")(
+            _batch_norm_in_eval(_op, 5)
+        )
+
+
 def functionalization_repairs() -> dict[torch._ops.OpOverload, Callable]:
     """Decompositions the functional forward needs before autograd differentiates it:
     functionalisation turns `dst.copy_(src)` into `aten.copy`, which has no derivative."""
-    return dict(_OWN)
+    return {aten.copy.default: _OWN[aten.copy.default]}
 
 
 def _overloads(name: str) -> list:
