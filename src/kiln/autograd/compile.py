@@ -72,14 +72,19 @@ class AotCompiled:
 
     @staticmethod
     def key(args) -> tuple:
-        """Grad mode, each tensor's requires_grad, each plain value (they are baked in)."""
-        rg = tuple(
-            a.requires_grad
-            if isinstance(a, torch.Tensor)
-            else (a if isinstance(a, (int, float, bool, str, type(None))) else type(a))
-            for a in args
-        )
-        return (torch.is_grad_enabled(), rg)
+        """Grad mode, each tensor's requires_grad, each plain value (they are baked in).
+        Runs on every call (a model passes each parameter): tensors are tested by exact type
+        first, which is cheaper than `isinstance` against `Parameter`'s metaclass."""
+        rg = []
+        for a in args:
+            t = type(a)
+            if t in _TENSOR_TYPES or isinstance(a, torch.Tensor):
+                rg.append(a.requires_grad)
+            elif t in _PLAIN_TYPES or isinstance(a, (int, float, str)):  # IntEnum: by value
+                rg.append(a)
+            else:
+                rg.append(t)
+        return (torch.is_grad_enabled(), tuple(rg))
 
     def __call__(self, *args: Any) -> Any:
         key = self.key(args)
@@ -118,6 +123,10 @@ class AotCompiled:
             clone_saved=_saved_mutated_inputs(part, meta.mutated, args),
         )
         return TrainingEntry(meta, plan)
+
+
+_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
+_PLAIN_TYPES = frozenset({int, float, bool, str, type(None)})
 
 
 def _saved_mutated_inputs(part: Partition, mutated: list[int], args: list) -> list[int]:
