@@ -346,3 +346,38 @@ def test_program(name):
 
 def test_no_tensor_work_makes_no_graph():
     check(lambda x, y: (x, y, 3), randn2(3), graphs=0)
+
+
+def _short_lived(x, y):
+    acc = x
+    for i in range(40):
+        t = acc * 1.01 + y  # dies on the next iteration: its id is soon another tensor's
+        acc = t.tanh() + i
+    return acc
+
+
+def test_intermediates_die_during_the_trace_and_ids_are_reused_safely():
+    """The trace does not keep intermediates alive (memory as eager's); a dead tensor's id,
+    reused by a new tensor, must not name the dead one's graph value."""
+    import weakref
+
+    import kiln
+    from kiln.capture.tracer import Tracer
+
+    made, dead_while_tracing = [], [0]
+    bind = Tracer._bind_outputs
+
+    def spy(self, out, node):
+        bind(self, out, node)
+        if isinstance(out, torch.Tensor):
+            made.append(weakref.ref(out))
+            dead_while_tracing[0] = sum(r() is None for r in made)
+
+    Tracer._bind_outputs = spy
+    try:
+        x, y = torch.randn(4, 4), torch.randn(4, 4)
+        torch.testing.assert_close(kiln.compile(_short_lived)(x, y), _short_lived(x, y))
+    finally:
+        Tracer._bind_outputs = bind
+    assert dead_while_tracing[0] >= 100, "the trace kept its intermediates alive"
+    check(_short_lived, randn2(4, 4))

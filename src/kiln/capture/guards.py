@@ -123,18 +123,17 @@ def keys_guard(source: Source, value: dict) -> Guard:
 
 
 def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
-    """Type, dtype, device, sizes, strides and requires_grad of a tensor, in one check."""
+    """Type, dtype, device, sizes, strides and requires_grad of a tensor, in one check: one
+    tuple compared with the expected one (as fast to run as a chain of `and`s, and a third of
+    the code to compile, which matters for models with hundreds of parameters)."""
     shape, stride = tuple(t.shape), tuple(t.stride())
-    check = (
-        "type({s}) is {t} and {s}.dtype is {d} and {s}.device == {dev} and "
-        f"{{s}}.shape == {shape!r} and {{s}}.stride() == {stride!r} and "
-        f"{{s}}.requires_grad is {t.requires_grad!r}"
-    )
+    spec = (type(t), t.dtype, t.device, shape, stride, t.requires_grad)
+    check = "(type({s}), {s}.dtype, {s}.device, {s}.shape, {s}.stride(), {s}.requires_grad) == {v}"
     text = (
         f"{type(t).__name__}(dtype={t.dtype}, device={t.device}, shape={list(shape)}, "
         f"stride={list(stride)}, requires_grad={t.requires_grad})"
     )
-    return Guard(source, "TENSOR", check, {"t": type(t), "d": t.dtype, "dev": t.device}, text)
+    return Guard(source, "TENSOR", check, {"v": spec}, text)
 
 
 def dynamic_tensor_guard(source: Source, t: torch.Tensor, dims: set[int]) -> Guard:

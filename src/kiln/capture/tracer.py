@@ -14,6 +14,7 @@ import contextvars
 import operator
 import re
 import types
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +55,8 @@ class Tracer:
     def __init__(self, options, location_fn) -> None:
         self.options = options
         self.graph = fx.Graph()
-        self.tensor_nodes: dict[int, fx.Node] = {}
+        self.tensor_nodes: dict[int, fx.Node] = {}  # id -> node, while the tensor lives
+        self._refs: dict[int, weakref.ref] = {}  # intermediates, watched, not kept alive
         self.keepalive: list[Any] = []
         self.placeholders: list[tuple[Source, torch.Tensor, fx.Node]] = []
         self.sources: dict[int, tuple[Any, Source]] = {}
@@ -200,11 +202,17 @@ class Tracer:
                 from .dynamic import DynamicShapes
 
                 self.dyn = DynamicShapes()
+                self._hold_intermediates()
             node.meta["example_value"] = self.dyn.fake_input(t, source, dims)
             self.guards.add(G.dynamic_tensor_guard(source, t, dims))
         else:
             node.meta["example_value"] = self.dyn.fake_of(t) if self.dyn else _meta(t)
             self.guards.add(G.tensor_guard(source, t))
+
+    def _hold_intermediates(self) -> None:
+        """From now on fakes are keyed by id: keep the graph's live intermediates alive."""
+        self.keepalive += [t for t in (r() for r in self._refs.values()) if t is not None]
+        self._refs.clear()
 
     def symbolic_value(self, value, source: Source, depth: int = 0):
         """Numbers (also inside plain lists/tuples, as `t.tolist()` gives) become symbolic
@@ -376,13 +384,24 @@ class Tracer:
         if isinstance(out, torch.Tensor):
             fake = self.dyn.fakes.get(id(out)) if self.dyn is not None else None
             node.meta["example_value"] = fake if fake is not None else _meta(out)
-            self.tensor_nodes[id(out)] = node
-            self.keepalive.append(out)
+            key = id(out)
+            self.tensor_nodes[key] = node
+            if self.dyn is not None:  # fakes are keyed by id too: keep the tensor
+                self.keepalive.append(out)
+            else:
+                self._refs[key] = weakref.ref(out, lambda r, k=key: self._forget(k, r))
         elif isinstance(out, (tuple, list)):
             for i, item in enumerate(out):
                 if isinstance(item, torch.Tensor):
                     sub = self.graph.call_function(operator.getitem, (node, i))
                     self._bind_outputs(item, sub)
+
+    def _forget(self, key: int, ref) -> None:
+        """An intermediate died (as it would in eager, freeing its memory for reuse): its id
+        may now name a new object, so it no longer names a graph value."""
+        if self._refs.get(key) is ref:
+            del self._refs[key]
+            self.tensor_nodes.pop(key, None)
 
     def source_of_node(self, node: fx.Node) -> Source:
         return next(src for src, _, n in self.placeholders if n is node)
