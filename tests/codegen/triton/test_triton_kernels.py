@@ -234,3 +234,16 @@ def test_kernel_source_is_plain_triton():
     c = check(fn, torch.randn(4, 24))
     src = kernel_source(c, "kernel0")
     assert "tl.program_id(0)" in src and "tl.store(" in src
+
+
+def test_embedding_stays_an_extern_call_in_triton_graphs():
+    # lower/ fuses gathers as indirect loads for the C++ renderer; Triton graphs on CPU tensors
+    # (this interpreter) must keep the extern call, which the Triton printer can run.
+    def fn(idx, w):
+        return (F.embedding(idx, w) * 2 + 1,)
+
+    w = torch.randn(50, 16)
+    c = check(fn, torch.randint(0, 50, (4, 7)), w, fresh=False)  # fresh_like: any int, < 0 too
+    idx = torch.randint(0, 50, (4, 7))
+    torch.testing.assert_close(c(idx, w)[0], fn(idx, w)[0])
+    assert "aten_embedding" in c.wrapper_source

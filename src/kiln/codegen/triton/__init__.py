@@ -202,11 +202,11 @@ def _lower_on_any_device(gm, example_inputs) -> LoopGraph:
         if n.op == "get_attr"
     )
     if not on_device:
-        return lower_graph(gm, example_inputs)
+        return lower_graph(gm, example_inputs, indirect_loads=False)  # Triton prints none
     _ensure_meta_on_device(gm, example_inputs)
     real: dict = {}
     inputs = [_standin(t) if isinstance(t, torch.Tensor) else t for t in example_inputs]
-    graph = lower_graph(_StandinModule(gm, real), inputs)
+    graph = lower_graph(_StandinModule(gm, real), inputs, indirect_loads=False)
     constants = {
         name: real[id(t)][1] if id(t) in real and real[id(t)][0] is t else t
         for name, t in graph.constants.items()
