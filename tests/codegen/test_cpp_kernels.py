@@ -181,7 +181,7 @@ def test_output_code_log_prints_wrapper_and_kernels():
         logging.getLogger("kiln.output_code").removeHandler(h)
     (text,) = records
     assert c.wrapper_source in text and 'extern "C" void kernel0' in text
-    assert "def call(arg0):" in text and "kernel0(arg0.data_ptr()" in text
+    assert "def call(args):" in text and "kernel0(arg0.data_ptr()" in text
 
 
 def test_extern_output_with_a_storage_offset_is_read_at_its_first_element():

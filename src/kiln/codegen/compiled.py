@@ -60,8 +60,14 @@ class CompiledGraph:
         self.wrapper_source = wrapper_source
         self.compile_seconds = seconds
 
+    _boxed_call = True  # the wrapper takes one list of inputs and empties it
+
     def __call__(self, *args):
-        return self._fn(*args)
+        """`compiled([x, y])` (boxed: the list is emptied, so inputs die inside the graph)
+        or `compiled(x, y)`."""
+        if len(args) == 1 and type(args[0]) is list:
+            return self._fn(args[0])
+        return self._fn(list(args))
 
     @property
     def kernel_count(self) -> int:

@@ -62,10 +62,20 @@ def _extern_name(target) -> str:
     return "aten_" + str(target).replace("aten.", "").replace(".", "_")
 
 
+def boxed_header(inputs) -> list[str]:
+    """The wrapper takes its inputs as one list and empties it (the boxed convention): then
+    `del argN` after an input's last reader frees it — a backward releases each saved
+    activation as soon as it is used, not when the whole graph returns."""
+    unpack = "".join(f"{name}, " for name in inputs)
+    if not inputs:
+        return ["def call(args):", "    args.clear()"]
+    return ["def call(args):", f"    {unpack}= args", "    args.clear()"]
+
+
 def render_wrapper(sched: Schedule, kernel_params: dict[str, tuple[str, ...]]) -> WrapperProgram:
     graph = sched.graph
     nodes = graph.node_map()
-    lines = [f"def call({', '.join(graph.inputs)}):"]
+    lines = boxed_header(graph.inputs)
     for name in graph.inputs:
         lay = nodes[name].layout
         size, stride = _tuple(lay.size), _tuple(lay.stride)

@@ -21,7 +21,16 @@ from __future__ import annotations
 
 from ...lower.ir import Extern
 from ...schedule import Alias, Alloc, ExternCall, Free, Kernel, Schedule
-from ..wrapper import WrapperProgram, _alias, _arg, _dtype, _extern_name, _extern_outputs, _tuple
+from ..wrapper import (
+    WrapperProgram,
+    _alias,
+    _arg,
+    _dtype,
+    _extern_name,
+    _extern_outputs,
+    _tuple,
+    boxed_header,
+)
 from .renderer import TritonKernel
 
 
@@ -35,7 +44,7 @@ def _launch(kernel: TritonKernel, members: str) -> str:
 def render_wrapper(sched: Schedule, kernels: dict[str, TritonKernel]) -> WrapperProgram:
     graph = sched.graph
     nodes = graph.node_map()
-    lines = [f"def call({', '.join(graph.inputs)}):"]
+    lines = boxed_header(graph.inputs)
     lines.append("    device = _default_device")
     for name in graph.inputs:
         lay = nodes[name].layout
