@@ -67,6 +67,8 @@ class ConstSource(Source):
     label: str
 
     def describe(self) -> str:
+        if self.label.startswith(("L[", "G[", "G(")):  # a path below another source
+            return self.label
         return f"L[{self.label!r}]"
 
     def expr(self, namer: Namer) -> str:
