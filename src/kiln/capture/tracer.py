@@ -302,11 +302,22 @@ class Tracer:
                 )
                 return out
         op, target, a, k = node_target(func, name, *node_args)
-        node = self.graph.create_node(op, target, tuple(a), dict(k))
+        node = self._op_node(op, target, tuple(a), dict(k))
         if self._first_op is None:
             self._first_op = node
         self._bind_outputs(out, node)
         return out
+
+    def _op_node(self, op: str, target, args: tuple, kwargs: dict) -> fx.Node:
+        """A node for a recorded call. Made empty, then given its arguments: the same node as
+        `create_node(op, target, args, kwargs)`, without that method's generic walk of the
+        arguments looking for raw SymInts (kiln's symbolic numbers are nodes already), which
+        costs as much as the rest of making a node, once per recorded call."""
+        node = self.graph.create_node(op, target)
+        node.args = args
+        if kwargs:
+            node.kwargs = kwargs
+        return node
 
     def _as_arg(self, value):
         if isinstance(value, _Sym):
@@ -393,7 +404,7 @@ class Tracer:
         elif isinstance(out, (tuple, list)):
             for i, item in enumerate(out):
                 if isinstance(item, torch.Tensor):
-                    sub = self.graph.call_function(operator.getitem, (node, i))
+                    sub = self._op_node("call_function", operator.getitem, (node, i), {})
                     self._bind_outputs(item, sub)
 
     def _forget(self, key: int, ref) -> None:
