@@ -258,7 +258,7 @@ class CompiledFunction:
         has_compute = any(
             n.op in ("call_function", "call_method", "call_module") for n in graph.nodes
         )
-        inputs = [src.expr(namer) for src, _, _ in tracer.placeholders]
+        inputs = _input_exprs(tracer.placeholders, namer)
         if tracer.dyn is not None:
             for g in tracer.dyn.guards():
                 tracer.guards.add(g)
@@ -318,6 +318,26 @@ class CompiledFunction:
         self.entry_sources.clear()
         self.entry_guards.clear()
         self.eager_reason = None
+
+
+def _input_exprs(placeholders, namer: Namer) -> list[str]:
+    """How the entry fetches each graph input. A run of held objects (parameters and buffers,
+    fixed under the module-structure guard) is one held tuple, unpacked: less code to compile
+    and faster to call than a name per parameter."""
+    out: list[str] = []
+    run: list = []
+    for src, _, _ in [*placeholders, (None, None, None)]:
+        if isinstance(src, ConstSource):
+            run.append(src.obj)
+            continue
+        if len(run) > 2:
+            out.append("*" + namer.const(tuple(run), "held"))
+        else:
+            out += [namer.const(obj, "self") for obj in run]
+        run = []
+        if src is not None:
+            out.append(src.expr(namer))
+    return out
 
 
 class _ResolveOnFirstCall:
