@@ -302,6 +302,9 @@ class GraphedCallable:
             graph, outs = impl.capture(lambda: self._run(static_inputs), pool)
         except Exception as e:  # an op that cannot be captured: run without the graph
             return self._fallback(key, f"capture failed ({type(e).__name__}: {str(e)[:200]})", args)
+        why = _replay_differs(impl, graph, outs, lambda: self._run(static_inputs))
+        if why:
+            return self._fallback(key, why, args)
         rec = _Recorded(graph, static_inputs, outs, Generation(self.group.label), impl_name)
         rec.copied = [
             i
@@ -335,6 +338,27 @@ class GraphedCallable:
             GraphOutput.wrap(o, rec.generation) if isinstance(o, torch.Tensor) else o
             for o in rec.outputs
         )
+
+
+def _replay_differs(impl: DeviceGraphs, graph, outs: tuple, run: Callable[[], Any]) -> str:
+    """Check a new graph once: its replay must give what plain launches of the same code on
+    the same buffers give, bit for bit. Code whose two plain runs already differ (random ops,
+    atomics) is not checked. A difference means the capture went wrong somewhere: that
+    signature then runs without a graph, with the reason logged, instead of giving wrong
+    results."""
+    first = [o.clone() for o in _as_tuple(run()) if isinstance(o, torch.Tensor)]
+    second = [o for o in _as_tuple(run()) if isinstance(o, torch.Tensor)]
+    if not all(torch.equal(a, b) for a, b in zip(first, second)):
+        return ""  # not deterministic: nothing to compare a replay with
+    impl.replay(graph)
+    replayed = [o for o in outs if isinstance(o, torch.Tensor)]
+    bad = [i for i, (a, b) in enumerate(zip(replayed, first)) if not torch.equal(a, b)]
+    if bad:
+        return (
+            f"a replay of the captured graph differed from plain launches of the same code "
+            f"(output(s) {bad}); this is a kiln bug worth reporting"
+        )
+    return ""
 
 
 def graphed(fn: Callable, group: GraphGroup | None = None, **kwargs: Any) -> GraphedCallable:
