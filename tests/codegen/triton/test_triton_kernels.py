@@ -247,3 +247,29 @@ def test_embedding_stays_an_extern_call_in_triton_graphs():
     idx = torch.randint(0, 50, (4, 7))
     torch.testing.assert_close(c(idx, w)[0], fn(idx, w)[0])
     assert "aten_embedding" in c.wrapper_source
+
+
+def test_inputs_with_a_storage_offset_are_read_at_their_first_element():
+    # a kernel gets data_ptr(), which already points at the tensor's first element: the
+    # storage offset must not be added again (it read past the tensor on the GPU)
+    def fn(x, y):
+        return (x * 2 + y.exp(),)
+
+    base_x, base_y = torch.randn(70), torch.randn(10, 12)
+    x, y = base_x[6:], base_y[2:, 1:9]  # offsets 6 and 25
+    c = check(fn, x.view(8, 8), y, fresh=False)
+    assert "+ 6" not in c.triton_source and "+ 25" not in c.triton_source
+    x2, y2 = torch.randn(70)[6:].view(8, 8), torch.randn(10, 12)[2:, 1:9]
+    torch.testing.assert_close(c(x2, y2)[0], fn(x2, y2)[0])
+
+
+def test_extern_views_with_a_storage_offset_are_read_once_offset():
+    # `split` stays an ATen call; its later chunks are views with a storage offset, and a
+    # kernel receives their data_ptr(), which already points at the chunk: the kernel's index
+    # must not add the offset again (it read the wrong chunk, or past the buffer on the GPU).
+    def fn(a, b):
+        q, k, v = torch.mm(a, b).split(16, dim=1)
+        return (q * 2 + k.exp() - v, torch.cat([v, k], dim=0))
+
+    c = check(fn, torch.randn(5, 8), torch.randn(8, 48))
+    assert "aten_split" in c.wrapper_source

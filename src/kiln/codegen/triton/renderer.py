@@ -147,7 +147,10 @@ class _KernelContext:
             body = reindex(node.body, dict(zip(index_vars(len(node.size)), ld.index)))
             return self.rounded(self.emit(body, groups), node)
         lay = node.layout
-        pos = bind(lay.offset + linearize(ld.index, lay.stride), groups)
+        # No `lay.offset`: a kernel's pointer argument is the tensor's data_ptr(), which
+        # already points at its first element (an input slice, a split returned by an extern
+        # call). Adding the storage offset again read another chunk, or past the buffer.
+        pos = bind(linearize(ld.index, lay.stride), groups)
         mask = mask_for(pos, self.masked)
         extra = f", mask={mask}, other=0" if mask else ""
         text = f"tl.load({self.param(ld.buf)} + ({tl_str(pos)}){extra})"
