@@ -180,6 +180,7 @@ DATA_METHODS = {"item", "tolist", "numpy", "data_ptr", "__bool__", "__int__", "_
 BREAK_MODULES = ("logging",)
 
 _disabled: set[int] = set()
+_TORCH_IS_COMPILING = torch.compiler.is_compiling
 _allow_in_graph: set[int] = set()
 
 
@@ -189,6 +190,10 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
     (no Python code in between); only frames entered that way can be resumed after a break."""
     t = type(fn)
     if t is types.FunctionType:
+        if fn is _TORCH_IS_COMPILING:
+            # kiln is compiling this code: libraries (transformers) take their compile-friendly
+            # branches on this, as under torch.compile, instead of data-dependent Python
+            return True
         if id(fn) in _disabled:
             return _break_and_run(
                 interp,
