@@ -455,8 +455,9 @@ def call_class(interp, cls: type, args: tuple, kwargs: dict) -> Any:
 
         logs.log(
             "perf_hints",
-            f"an nn.Module ({cls.__qualname__}) is constructed inside a "
-            "compiled function; its parameters become graph constants",
+            f"an nn.Module ({cls.__qualname__}) is constructed inside a compiled function: "
+            "parameters it creates keep their first call's values; parameters it is given "
+            "(a slice of a ModuleList) stay inputs held by reference",
         )
     return native_call(interp, cls, _trampolines(interp, args), kwargs)
 
