@@ -18,7 +18,7 @@ import torch
 
 from .. import logs
 from .context import INDIRECT_LOAD_DEVICES, SUPPORTED_DTYPES, LoweringContext
-from .ir import BufRef, Constant, Extern, ExternItem, Input, Layout, LoopGraph
+from .ir import BufRef, Constant, Extern, ExternItem, Input, Layout, LoopGraph, buf_refs
 from .registry import Unsupported, lowering_for
 
 # Extern calls seen by this process, by op and reason (benchmarks and the OpInfo sweep read it).
@@ -57,14 +57,6 @@ def _map_args(value, env):
     return value
 
 
-def _refs(value):
-    if isinstance(value, BufRef):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _refs(v)
-
-
 def _why_extern(ctx: LoweringContext, target, args, kwargs, val) -> str | None:
     """None if `target` may be lowered here, else the reason it is an extern call."""
     if not isinstance(target, torch._ops.OpOverload):
@@ -77,7 +69,7 @@ def _why_extern(ctx: LoweringContext, target, args, kwargs, val) -> str | None:
             return "returns a non-tensor value"
         if isinstance(o, torch.Tensor) and o.dtype not in SUPPORTED_DTYPES:
             return f"output dtype {o.dtype} has no C++ lowering"
-    for ref in _refs((args, tuple(kwargs.values()))):
+    for ref in buf_refs((args, tuple(kwargs.values()))):
         node = ctx.nodes[ref.name]
         if isinstance(node, (Extern,)) and node.layouts[0] is None:
             return "an argument is a value only known at run time"

@@ -296,6 +296,15 @@ class BufRef:
         return self.name
 
 
+def buf_refs(value):
+    """The `BufRef`s in an extern call's argument template (nested lists and tuples)."""
+    if isinstance(value, BufRef):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from buf_refs(v)
+
+
 @dataclass(frozen=True)
 class Extern:
     """An ATen call kept as is: `target(*args, **kwargs)`. `layouts` has one entry per tensor

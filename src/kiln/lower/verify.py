@@ -17,7 +17,6 @@ import torch
 
 from .indexing import index_vars, reduce_vars
 from .ir import (
-    BufRef,
     Extern,
     ExternItem,
     IndexValue,
@@ -27,6 +26,7 @@ from .ir import (
     Pointwise,
     Reduction,
     View,
+    buf_refs,
     index_reads,
     node_dtype,
     node_size,
@@ -94,7 +94,7 @@ def verify(graph: LoopGraph) -> LoopGraph:
             if len(node.index) != len(node_size(base)):
                 _fail(node, "view index rank differs from its base's rank")
         elif isinstance(node, Extern):
-            for ref in _refs((node.args, node.kwargs)):
+            for ref in buf_refs((node.args, node.kwargs)):
                 if ref.name not in defined:
                     _fail(node, f"extern argument {ref.name} is not defined before it")
         elif isinstance(node, ExternItem):
@@ -108,11 +108,3 @@ def verify(graph: LoopGraph) -> LoopGraph:
         if name not in defined:
             raise IRError(f"loop IR invalid: input {name} is not defined")
     return graph
-
-
-def _refs(value):
-    if isinstance(value, BufRef):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _refs(v)

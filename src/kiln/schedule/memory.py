@@ -19,7 +19,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .. import logs
-from ..lower.ir import BufRef, Extern, ExternItem, LoopGraph, Pointwise, Reduction, View, loads
+from ..lower.ir import (
+    Extern,
+    ExternItem,
+    LoopGraph,
+    Pointwise,
+    Reduction,
+    View,
+    buf_refs,
+    loads,
+)
 from .fusion import ExternCall, Kernel
 
 
@@ -48,14 +57,6 @@ class Free:
         return f"free {self.name}"
 
 
-def _refs(value):
-    if isinstance(value, BufRef):
-        yield value.name
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _refs(v)
-
-
 def _reads(step, nodes: dict) -> set[str]:
     if isinstance(step, Kernel):
         inside = {m.name for m in step.members}
@@ -64,7 +65,7 @@ def _reads(step, nodes: dict) -> set[str]:
             out.update(ld.buf for ld in loads(nodes[m.name].body))
         return out - (inside & step.local)
     node = nodes[step.name]
-    return set(_refs((node.args, node.kwargs)))
+    return {r.name for r in buf_refs((node.args, node.kwargs))}
 
 
 def plan_memory(graph: LoopGraph, steps) -> tuple:
@@ -137,7 +138,7 @@ def _viewed_by_externs(graph: LoopGraph, owner: dict) -> set[str]:
     for n in graph.nodes:
         schema = getattr(n.target, "_schema", None) if isinstance(n, Extern) else None
         if schema is not None and any(r.alias_info is not None for r in schema.returns):
-            out.update(owner.get(r, r) for r in _refs((n.args, n.kwargs)))
+            out.update(owner.get(r.name, r.name) for r in buf_refs((n.args, n.kwargs)))
     return out
 
 

@@ -26,7 +26,6 @@ from .. import logs
 from ..lower.indexing import index_vars, is_affine, linearize
 from ..lower.ir import (
     REALIZED,
-    BufRef,
     Extern,
     ExternItem,
     IndexValue,
@@ -36,6 +35,7 @@ from ..lower.ir import (
     Pointwise,
     Reduction,
     View,
+    buf_refs,
     index_reads,
     loads,
     node_dtype,
@@ -48,14 +48,6 @@ from .fuel import Fuel
 INLINE_MAX_OPS = 24  # a pointwise read by several nodes is recomputed by each while this cheap
 
 
-def _refs(value):
-    if isinstance(value, BufRef):
-        yield value.name
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _refs(v)
-
-
 def users(graph: LoopGraph) -> dict[str, list[str]]:
     """buffer name -> names of the nodes (or "<output>") that read it, in graph order."""
     out: dict[str, list[str]] = defaultdict(list)
@@ -66,7 +58,7 @@ def users(graph: LoopGraph) -> dict[str, list[str]]:
         elif isinstance(node, (View, ExternItem)):
             out[node.base].append(node.name)
         elif isinstance(node, Extern):
-            for name in dict.fromkeys(_refs((node.args, node.kwargs))):
+            for name in dict.fromkeys(r.name for r in buf_refs((node.args, node.kwargs))):
                 out[name].append(node.name)
     for o in graph.outputs:
         if isinstance(o, str):
