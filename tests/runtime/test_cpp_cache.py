@@ -13,7 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.codegen import compile_graph
 from kiln.runtime import STATS, ArtifactCache, CacheUnsafe, CompilerNotFound, build, cpp_builder
-from kiln.runtime.cache import ensure_private_dir
+from kiln.runtime.cache import ensure_private_dir, open_cache
 
 SOURCE = """
 #include <cstdint>
@@ -38,7 +38,7 @@ def _run(lib, values):
 def cache_dir(tmp_path):
     d = tmp_path / "kiln-cache"
     yield str(d)
-    cpp_builder._disk_cache.cache_clear()
+    open_cache.cache_clear()
 
 
 def test_build_caches_on_disk_and_in_memory(cache_dir):

@@ -21,6 +21,7 @@ load a file someone else put there.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import stat
@@ -46,6 +47,18 @@ def ensure_private_dir(path: str) -> str:
             f"{stat.filemode(st.st_mode)}); fix with: chmod 700 {path}"
         )
     return path
+
+
+@functools.lru_cache(maxsize=None)
+def open_cache(root: str, kind: str, suffix: str = ".so") -> ArtifactCache:
+    """The cache of one kind of artifact, `<root>/<kind>`; when that directory is unsafe, a
+    private temporary one for this process instead, with a warning saying so."""
+    try:
+        return ArtifactCache(os.path.join(root, kind), suffix=suffix)
+    except CacheUnsafe as e:
+        private = tempfile.mkdtemp(prefix="kiln-cache-")
+        logs.warn(f"kiln cache: {e}; using the private directory {private} for this process")
+        return ArtifactCache(private, suffix=suffix)
 
 
 def _digest(data: bytes) -> str:
@@ -97,6 +110,14 @@ class ArtifactCache:
         if fields[3] != _digest(data):
             return "content does not match its checksum"
         return None
+
+    def fetch(self, key: str, produce) -> tuple[str, bool]:
+        """(path of the entry for `key`, whether it was already on disk); `produce()` gives the
+        bytes of a missing entry, which is then stored."""
+        path = self.lookup(key)
+        if path is not None:
+            return path, True
+        return self.store(key, produce()), False
 
     def store(self, key: str, data: bytes) -> str:
         lib, meta = self.paths(key)

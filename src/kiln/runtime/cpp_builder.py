@@ -28,8 +28,8 @@ import time
 import torch
 
 from .. import __version__ as kiln_version
-from .. import logs, options
-from .cache import ArtifactCache, CacheUnsafe
+from .. import options
+from .cache import open_cache
 
 FLAGS = (
     "-O3",
@@ -117,16 +117,6 @@ class LoadedLibrary:
             setattr(self, name, fn)
 
 
-@functools.lru_cache(maxsize=None)
-def _disk_cache(root: str) -> ArtifactCache:
-    try:
-        return ArtifactCache(os.path.join(root, "cpp"))
-    except CacheUnsafe as e:
-        private = tempfile.mkdtemp(prefix="kiln-cache-")
-        logs.warn(f"kiln cache: {e}; using the private directory {private} for this process")
-        return ArtifactCache(private)
-
-
 def _compile(source: str) -> bytes:
     path, _ = find_compiler()
     with tempfile.TemporaryDirectory(prefix="kiln-build-") as tmp:
@@ -155,12 +145,9 @@ def build(source: str, kernels: dict[str, int], cache_dir: str | None = None) ->
     if hit is not None:
         STATS["memory_hits"] += 1
         return hit
-    cache = _disk_cache(cache_dir or options.env_cache_dir())
-    path = cache.lookup(key)
-    if path is None:
-        path = cache.store(key, _compile(source))
-    else:
-        STATS["disk_hits"] += 1
+    cache = open_cache(cache_dir or options.env_cache_dir(), "cpp")
+    path, on_disk = cache.fetch(key, lambda: _compile(source))
+    STATS["disk_hits"] += on_disk
     lib = LoadedLibrary(path, kernels)
     _loaded[key] = lib
     return lib

@@ -22,12 +22,10 @@ processes and Triton's compiler, nothing about kernels.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import os
 import sys
-import tempfile
 import time
 
 import torch
@@ -35,7 +33,7 @@ import torch
 from .. import __version__ as kiln_version
 from .. import logs, options
 from . import triton_workers
-from .cache import ArtifactCache, CacheUnsafe
+from .cache import open_cache
 from .triton_interpret import is_interpreting
 
 # Compile in workers only when there is enough to share out; a worker pool costs a process
@@ -71,16 +69,6 @@ def cache_key(source: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
-def _disk_cache(root: str) -> ArtifactCache:
-    try:
-        return ArtifactCache(os.path.join(root, "triton"), suffix=".py")
-    except CacheUnsafe as e:
-        private = tempfile.mkdtemp(prefix="kiln-cache-")
-        logs.warn(f"kiln cache: {e}; using the private directory {private} for this process")
-        return ArtifactCache(private, suffix=".py")
-
-
 def _import(path: str, key: str):
     name = f"kiln_triton_{key[:24]}"
     spec = importlib.util.spec_from_file_location(name, path)
@@ -102,12 +90,9 @@ def load(source: str, launches: dict | None = None, cache_dir: str | None = None
     if hit is not None:
         STATS["memory_hits"] += 1
         return hit
-    cache = _disk_cache(cache_dir or options.env_cache_dir())
-    path = cache.lookup(key)
-    if path is None:
-        path = cache.store(key, source.encode())
-    else:
-        STATS["disk_hits"] += 1
+    cache = open_cache(cache_dir or options.env_cache_dir(), "triton", suffix=".py")
+    path, on_disk = cache.fetch(key, lambda: source.encode())
+    STATS["disk_hits"] += on_disk
     module = _import(path, key)
     STATS["loads"] += 1
     if launches and not is_interpreting():
