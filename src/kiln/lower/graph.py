@@ -36,13 +36,20 @@ def _layout(t: torch.Tensor) -> Layout:
     return Layout(tuple(t.shape), tuple(t.stride()), t.dtype, int(t.storage_offset()))
 
 
-def _ensure_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
-    if all("val" in n.meta for n in gm.graph.nodes if n.op in ("call_function", "placeholder")):
-        return
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+def ensure_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
+    """Every node's `val` (fake output), propagated from `example_inputs` if any is missing. A
+    node whose result is not a tensor (an assertion returning None) gets `val = None`, so a
+    second call finds nothing missing and does not propagate again (codegen/triton propagates
+    on the real device first, then lowers on CPU stand-ins, where device arguments such as
+    `arange(..., device="cuda")` would mix)."""
+    nodes = [n for n in gm.graph.nodes if n.op in ("call_function", "placeholder")]
+    if any("val" not in n.meta for n in nodes):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
+        FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
+    for n in nodes:
+        n.meta.setdefault("val", None)
 
 
 def _map_args(value, env):
@@ -112,7 +119,7 @@ def lower_graph(
     """`indirect_loads`: may gather/embedding/index lower to loads at indices read from memory
     (the target renderer must support `Indirect`); None decides by the graph's device
     (`INDIRECT_LOAD_DEVICES`)."""
-    _ensure_meta(gm, example_inputs)
+    ensure_meta(gm, example_inputs)
     if indirect_loads is None:
         indirect_loads = graph_device_type(gm, example_inputs) in INDIRECT_LOAD_DEVICES
     ctx = LoweringContext(indirect_loads=indirect_loads)

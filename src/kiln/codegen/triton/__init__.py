@@ -24,6 +24,7 @@ import torch
 
 from ... import logs
 from ...lower import GraphUnsupported, extern_summary, lower_graph
+from ...lower.graph import ensure_meta
 from ...lower.ir import LoopGraph
 from ...options import Options
 from ...runtime.triton_builder import TritonNotFound, load, prestart, require_triton
@@ -203,7 +204,7 @@ def _lower_on_any_device(gm, example_inputs) -> LoopGraph:
     )
     if not on_device:
         return lower_graph(gm, example_inputs, indirect_loads=False)  # Triton prints none
-    _ensure_meta_on_device(gm, example_inputs)
+    ensure_meta(gm, example_inputs)  # on the real device, before the stand-ins
     real: dict = {}
     inputs = [_standin(t) if isinstance(t, torch.Tensor) else t for t in example_inputs]
     graph = lower_graph(_StandinModule(gm, real), inputs, indirect_loads=False)
@@ -212,20 +213,6 @@ def _lower_on_any_device(gm, example_inputs) -> LoopGraph:
         for name, t in graph.constants.items()
     }
     return LoopGraph(graph.nodes, graph.inputs, graph.outputs, constants)
-
-
-def _ensure_meta_on_device(gm, example_inputs) -> None:
-    """Every node's `val`, computed on the real device. A node whose result is not a tensor (an
-    assertion returning None) gets `val = None`, so that `lower_graph` does not propagate again
-    on the CPU stand-ins, where device arguments (`arange(..., device="cuda")`) would mix."""
-    nodes = [n for n in gm.graph.nodes if n.op in ("call_function", "placeholder")]
-    if any("val" not in n.meta for n in nodes):
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
-        FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
-    for n in nodes:
-        n.meta.setdefault("val", None)
 
 
 __all__ = ["TritonCompiledGraph", "compile_graph", "compile_graph_strict", "render_module"]
