@@ -72,6 +72,14 @@ def boxed_header(inputs) -> list[str]:
     return ["def call(args):", f"    {unpack}= args", "    args.clear()"]
 
 
+def indexed_by_layout(sched: Schedule, nodes: dict, kernel_params) -> set[str]:
+    """Buffers indexed with the strides the fake tensors predicted: those kernels read, and the
+    bases of strided aliases. An extern output among them is copied into those strides when
+    ATen returns another layout than its meta function said."""
+    read = {p for params in kernel_params for p in params}
+    return read | {nodes[s.name].base for s in sched.steps if isinstance(s, Alias)}
+
+
 def render_wrapper(sched: Schedule, kernel_params: dict[str, tuple[str, ...]]) -> WrapperProgram:
     graph = sched.graph
     nodes = graph.node_map()
@@ -84,10 +92,7 @@ def render_wrapper(sched: Schedule, kernel_params: dict[str, tuple[str, ...]]) -
             f"{name} = _fix_input({name}, {name!r}, {size}, {stride})"
         )
     kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
-    # Buffers indexed with the strides the fake tensors predicted: those kernels read, and the
-    # bases of strided aliases (an ATen kernel may return another layout than its meta does).
-    read_by_kernel = {p for params in kernel_params.values() for p in params}
-    read_by_kernel |= {nodes[s.name].base for s in sched.steps if isinstance(s, Alias)}
+    read_by_kernel = indexed_by_layout(sched, nodes, kernel_params.values())
     externs: dict = {}
     for step in sched.steps:
         if isinstance(step, Alloc):

@@ -30,6 +30,7 @@ from ..wrapper import (
     _extern_outputs,
     _tuple,
     boxed_header,
+    indexed_by_layout,
 )
 from .renderer import TritonKernel
 
@@ -57,7 +58,7 @@ def render_wrapper(sched: Schedule, kernels: dict[str, TritonKernel]) -> Wrapper
     lines.append("    with _device_guard(device):")
     body: list[str] = []
     kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
-    read_by_kernel = {p for k in kernels.values() for p in k.params}
+    read_by_kernel = indexed_by_layout(sched, nodes, (k.params for k in kernels.values()))
     externs: dict = {}
     for step in sched.steps:
         if isinstance(step, Alloc):
