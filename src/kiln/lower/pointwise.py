@@ -128,13 +128,31 @@ def _remainder(ctx, a, b):
 @register_lowering("pow.Tensor_Tensor", "pow.Tensor_Scalar", "pow.Scalar")
 def _pow(ctx, a, b):
     if not isinstance(b, bool) and isinstance(b, (int, float)):
-        if b == 2:
-            return ctx.elementwise([a], lambda x: ops.mul(x, x))
-        if b == 1:
-            return ctx.elementwise([a], lambda x: x)
-        if b == 0.5 and ctx.out_dtype.is_floating_point:
-            return ctx.elementwise([a], lambda x: op("sqrt", x))
+        special = _pow_special(b, ctx.out_dtype.is_floating_point)
+        if special is not None:
+            return ctx.elementwise([a], special)
     return ctx.elementwise([a, b], lambda x, y: op("pow", x, y))
+
+
+def _pow_special(b, floating: bool):
+    """`x ** b` as multiplications or a root for the exponents ATen's own pow kernel rewrites
+    the same way (so results match eager's), else None. A vector `powf` is no substitute: glibc's
+    takes a scalar path per lane for a negative base, and GPT-2's `x ** 3.0` in tanh-GELU then
+    cost 25 times the whole rest of its kernel."""
+    if b == 1:
+        return lambda x: x
+    if b == 2:
+        return lambda x: ops.mul(x, x)
+    if b == 3:
+        return lambda x: ops.mul(ops.mul(x, x), x)
+    if not floating:
+        return None
+    return {
+        0.5: lambda x: op("sqrt", x),
+        -0.5: lambda x: op("rsqrt", x),
+        -1: lambda x: op("reciprocal", x),
+        -2: lambda x: op("reciprocal", ops.mul(x, x)),
+    }.get(b)
 
 
 def _compare(name: str):
