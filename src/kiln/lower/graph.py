@@ -19,6 +19,7 @@ import torch
 from .. import logs
 from .context import INDIRECT_LOAD_DEVICES, SUPPORTED_DTYPES, LoweringContext
 from .ir import BufRef, Constant, Extern, ExternItem, Input, Layout, LoopGraph, buf_refs
+from .layouts import store_in_eager_order
 from .registry import Unsupported, lowering_for
 
 # Extern calls seen by this process, by op and reason (benchmarks and the OpInfo sweep read it).
@@ -193,7 +194,7 @@ def _lower_node(ctx: LoweringContext, target, args, kwargs, val):
         ctx.out, ctx.op = val, target
         checkpoint = dict(ctx.nodes)
         try:
-            return lowering_for(target)(ctx, *args, **kwargs)
+            return store_in_eager_order(ctx, lowering_for(target)(ctx, *args, **kwargs), val)
         except Unsupported as e:
             ctx.nodes = checkpoint
             reason = f"lowering declined: {e}"

@@ -121,6 +121,28 @@ class Op(_Hashed):
 Expr = Union[Load, Const, IndexValue, Op]
 
 
+def reindex(expr, sub: dict):
+    """`expr` with its loop variables replaced by the expressions in `sub`."""
+    cache: dict[int, object] = {}
+
+    def go(e):
+        hit = cache.get(id(e))
+        if hit is not None:
+            return hit
+        if isinstance(e, Load):
+            r = Load(e.buf, tuple(ix.xreplace(sub) for ix in e.index), e.dtype)
+        elif isinstance(e, IndexValue):
+            r = IndexValue(e.expr.xreplace(sub), e.dtype)
+        elif isinstance(e, Op):
+            r = Op(e.op, tuple(go(a) for a in e.args), e.dtype)
+        else:
+            r = e
+        cache[id(e)] = r
+        return r
+
+    return go(expr)
+
+
 def walk(expr: Expr):
     """Every sub-expression of `expr` (each distinct one once), children first."""
     seen: set[int] = set()

@@ -28,7 +28,6 @@ from ..lower.ir import (
     REALIZED,
     Extern,
     ExternItem,
-    IndexValue,
     Load,
     LoopGraph,
     Op,
@@ -41,6 +40,7 @@ from ..lower.ir import (
     node_dtype,
     node_size,
     op_count,
+    reindex,
     walk,
 )
 from .fuel import Fuel
@@ -269,25 +269,3 @@ def _substitute_loads(expr, inlined: dict, memo: dict):
         result = expr
     memo[key] = (expr, result)
     return result
-
-
-def reindex(expr, sub: dict):
-    """`expr` with its loop variables replaced by the expressions in `sub`."""
-    cache: dict[int, object] = {}
-
-    def go(e):
-        hit = cache.get(id(e))
-        if hit is not None:
-            return hit
-        if isinstance(e, Load):
-            r = Load(e.buf, tuple(ix.xreplace(sub) for ix in e.index), e.dtype)
-        elif isinstance(e, IndexValue):
-            r = IndexValue(e.expr.xreplace(sub), e.dtype)
-        elif isinstance(e, Op):
-            r = Op(e.op, tuple(go(a) for a in e.args), e.dtype)
-        else:
-            r = e
-        cache[id(e)] = r
-        return r
-
-    return go(expr)

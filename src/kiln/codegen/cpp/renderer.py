@@ -33,9 +33,8 @@ from ...lower.indexing import (
     reduce_vars,
     sympy_str,
 )
-from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, loads, walk
+from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, loads, reindex, walk
 from ...schedule import Kernel, Schedule
-from ...schedule.realize import reindex
 from .ops import (
     CTYPES,
     HALF_TYPES,

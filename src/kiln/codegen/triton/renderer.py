@@ -27,9 +27,8 @@ from dataclasses import dataclass
 import torch
 
 from ...lower.indexing import index_vars, linearize, reduce_vars
-from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, walk
+from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, reindex, walk
 from ...schedule import Kernel, Schedule
-from ...schedule.realize import reindex
 from .heuristics import Plan, plan
 from .indexing import RINDEX, XINDEX, YINDEX, bind, extent, mask_for, store_index, tl_str
 from .ops import (
