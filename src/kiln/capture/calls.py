@@ -181,6 +181,7 @@ BREAK_MODULES = ("logging",)
 
 _disabled: set[int] = set()
 _TORCH_IS_COMPILING = torch.compiler.is_compiling
+_TORCH_ASSERT = torch._assert
 _allow_in_graph: set[int] = set()
 
 
@@ -194,6 +195,12 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
             # kiln is compiling this code: libraries (transformers) take their compile-friendly
             # branches on this, as under torch.compile, instead of data-dependent Python
             return True
+        if fn is _TORCH_ASSERT and args and not isinstance(args[0], torch.Tensor):
+            # A Python condition (a shape check): checked here. Inlined, `torch._assert` would
+            # ask the recording mode to handle a bool and break the graph.
+            if not bool(args[0]):
+                raise AssertionError(args[1] if len(args) > 1 else kwargs.get("message"))
+            return None
         if id(fn) in _disabled:
             return _break_and_run(
                 interp,

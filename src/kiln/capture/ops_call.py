@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import types
 
+from torch.overrides import handle_torch_function
+
 from . import bytecode as bc
 from .bytecode import opcode
 from .calls import interp_call
@@ -24,6 +26,10 @@ def _call(interp, frame, fn, args: tuple, kwargs: dict):
     except ResumableBreak as brk:
         from .continuations import chain_of
 
+        if fn is handle_torch_function:
+            # Asked of kiln's recording mode; outside the trace no mode answers, so the plain
+            # step calls the API itself: handle_torch_function(api, relevant, *args, **kwargs).
+            fn, args = args[0], args[2:]
         raise GraphBreakAt(chain_of(interp, frame), ("call", fn, args, kwargs), brk) from None
 
 

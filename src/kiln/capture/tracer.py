@@ -286,6 +286,8 @@ class Tracer:
             self.effects_visible = True
         has_tensor_out = _has_tensor(out)
         if not has_tensor_out and kind != "mutation":
+            if not _has_tensor(args) and not _has_tensor(tuple(kwargs.values())):
+                return out  # a library's __torch_function__ protocol over Python values
             self.graph_break(
                 f"{name} returned a Python value ({type(out).__name__}) computed from tensors",
                 "keep the value as a tensor, or move this code out of the compiled function",
