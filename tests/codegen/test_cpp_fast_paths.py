@@ -32,3 +32,15 @@ def test_pow_by_small_constants_is_multiplication_not_powf():
 def test_pow_by_other_constants_still_calls_pow():
     compiled = check(lambda x: (x.abs() + 0.1) ** 2.5 + x**4, torch.randn(8, 40))
     assert "kiln::pow_(" in compiled.cpp_source
+
+
+def test_loops_between_a_softmax_sum_and_its_output_reuse_the_stored_exp():
+    # softmax then layer norm over the same row (the softmax_ln benchmark): the mean's and the
+    # variance's loops read the exp the softmax sum stored, instead of calling exp twice more.
+    def fn(x, w, b):
+        return F.layer_norm(torch.softmax(x / 8, -1) * 512, (x.shape[-1],), w, b) + x
+
+    c = check(fn, torch.randn(6, 40, 96), torch.randn(96), torch.randn(96))
+    (kernel,) = c.cpp_source.split('extern "C" void kernel')[1:]
+    assert kernel.count("std::exp(") == 1
+    assert kernel.count("acc_") >= 3  # max, sum, mean, variance: one kernel, one row loop

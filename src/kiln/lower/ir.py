@@ -143,15 +143,16 @@ def reindex(expr, sub: dict):
     return go(expr)
 
 
-def walk(expr: Expr):
-    """Every sub-expression of `expr` (each distinct one once), children first."""
+def walk(expr: Expr, stop=()):
+    """Every sub-expression of `expr` (each distinct one once), children first; the parts of
+    one found in `stop` (a renderer's values already computed) are not walked into."""
     seen: set[int] = set()
     stack = [(expr, False)]
     while stack:
         e, done = stack.pop()
         if id(e) in seen:
             continue
-        if done or not isinstance(e, Op):
+        if done or not isinstance(e, Op) or e in stop:
             seen.add(id(e))
             yield e
             continue

@@ -93,7 +93,7 @@ class _Body:
         return ix.xreplace(sub)
 
     def emit(self, expr) -> str:
-        for e in walk(expr):
+        for e in walk(expr, stop=self.names):
             if e in self.names:
                 continue
             if isinstance(e, Const):
@@ -186,12 +186,14 @@ def _reduction(k: _KernelContext, node: Reduction, lines: list[str], ind: str) -
     _bind(lines, inner, index_vars(len(node.size)), node.size, _X)
     _bind(lines, inner, reduce_vars(len(node.reduce_size)), node.reduce_size, _R)
     body = _Body(k, lines, inner)
+    body.names.update(k.preset.get(node.name, {}))
     v = body.emit(node.body)
     if node.name in k.shared:
-        expr, target, same = k.shared[node.name]
+        expr, target, readers = k.shared[node.name]
         slot = f"{k.param(target, True)}[{sympy_str(_X * k.kernel.inner + _R)}]"
         lines.append(f"{inner}{slot} = {body.names[expr]};")
-        k.preset.setdefault(target, {})[same] = slot
+        for member, same in readers.items():
+            k.preset.setdefault(member, {})[same] = slot
     if arg:
         better = ">" if node.reduce_type == "argmax" else "<"
         lines.append(
@@ -506,43 +508,75 @@ _COSTLY = frozenset(
 
 
 def _shared_values(kernel: Kernel, nodes: dict) -> dict:
-    """Reduction member -> (expr, pointwise member, same expr in its body) where the pointwise
-    recomputes, element for element, a costly value the reduction's loop already computed.
+    """Reduction member -> (expr, pointwise member, {member: same expr in its body}) where the
+    pointwise, and maybe members between, recompute element for element a costly value the
+    reduction's loop already computed.
 
     Softmax is the case: `sum(exp(x - max))` then `exp(x - max) / sum`. The reduction's loop
     stores each `exp(x - max)` into the pointwise's own output row (it is about to be written
-    there anyway), and the pointwise's loop reads it back instead of calling `exp` again.
+    there anyway), and the pointwise's loop reads it back instead of calling `exp` again; so do
+    the loops between them over the same row (a layer norm of the softmax sums the row twice
+    more), which run before the pointwise overwrites the row.
     """
     out: dict = {}
     members = list(kernel.members)
+    targets: set = set()
     for k, m in enumerate(members):
         red = nodes[m.name]
         if not isinstance(red, Reduction) or red.reduce_type.startswith("arg"):
             continue
-        for pm in members[k + 1 :]:
-            p = nodes[pm.name]
+        for j in range(k + 1, len(members)):
+            pm, p = members[j], nodes[members[j].name]
             if (
                 not isinstance(p, Pointwise)
                 or pm.per_row
                 or p.name in kernel.local
-                or p.name in {t for _, t, _ in out.values()}
+                or p.name in targets
                 or p.dtype in HALF_TYPES  # the row is stored rounded: recompute instead
-                or tuple(p.size[: pm.split]) != tuple(red.size)
-                or tuple(p.size[pm.split :]) != tuple(red.reduce_size)
+                or not _same_row(red, p, pm)
             ):
                 continue
-            sub = dict(zip(reduce_vars(len(red.reduce_size)), index_vars(len(p.size))[pm.split :]))
-            in_p = {e for e in walk(p.body) if isinstance(e, Op)}
             found = None
             for e in walk(red.body):  # children first: the last match is the largest
                 if isinstance(e, Op) and e.dtype == p.dtype and _costly(e):
-                    same = reindex(e, sub)
-                    if same in in_p:
-                        found = (e, p.name, same)
+                    same = _in_member(e, red, p, pm)
+                    if same is not None:
+                        found = (e, same)
             if found:
-                out[red.name] = found
+                e, same = found
+                readers = {p.name: same}
+                for bm in members[k + 1 : j]:  # the loops between also read the stored row
+                    between = _in_member(e, red, nodes[bm.name], bm)
+                    if between is not None:
+                        readers[bm.name] = between
+                out[red.name] = (e, p.name, readers)
+                targets.add(p.name)
                 break
     return out
+
+
+def _same_row(red: Reduction, node, m) -> bool:
+    """`node`, placed as `m`, loops over the same rows and row elements as `red`."""
+    if isinstance(node, Reduction):
+        return tuple(node.size) == tuple(red.size) and tuple(node.reduce_size) == tuple(
+            red.reduce_size
+        )
+    return (
+        not m.per_row
+        and tuple(node.size[: m.split]) == tuple(red.size)
+        and tuple(node.size[m.split :]) == tuple(red.reduce_size)
+    )
+
+
+def _in_member(expr, red: Reduction, node, m):
+    """`expr` of `red`'s body as `node`'s body spells it (its own loop variables), if
+    `node`'s body computes it at the same element; else None."""
+    if not _same_row(red, node, m):
+        return None
+    if isinstance(node, Pointwise):
+        sub = dict(zip(reduce_vars(len(red.reduce_size)), index_vars(len(node.size))[m.split :]))
+        expr = reindex(expr, sub)
+    return expr if any(e == expr for e in walk(node.body) if isinstance(e, Op)) else None
 
 
 def _costly(expr) -> bool:
