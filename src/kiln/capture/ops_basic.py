@@ -459,7 +459,9 @@ def op_binary_slice(interp, frame, inst):
     end = frame.stack.pop()
     start = frame.stack.pop()
     container = frame.stack.pop()
-    frame.stack.append(container[start:end])
+    # `x[a:b]` is one opcode on 3.12 but the same `__getitem__(slice)` as 3.11's BINARY_SUBSCR:
+    # a ModuleList's slice must run on kiln's interpreter so its modules keep their sources.
+    frame.stack.append(subscript(interp, container, slice(start, end)))
 
 
 @opcode("STORE_SLICE", since=(3, 12))

@@ -126,7 +126,7 @@ def test_parallel_compile_warms_kernels():
 
     def fn(x, y):
         a = torch.softmax(x, -1)
-        b = (x.t() + 1) * 3
+        b = ((x.t() + 1) * 3).contiguous()  # a transpose: its own (tiled) kernel
         c = (y.sum(0) + 1).exp()
         d = F.layer_norm(x, (x.shape[1],))
         return a, b, c, d
