@@ -5,9 +5,13 @@ random inputs (cg_helpers.check).
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 from cg_helpers import check
+
+import kiln
 
 
 def test_pow_by_small_constants_is_multiplication_not_powf():
@@ -44,3 +48,59 @@ def test_loops_between_a_softmax_sum_and_its_output_reuse_the_stored_exp():
     (kernel,) = c.cpp_source.split('extern "C" void kernel')[1:]
     assert kernel.count("std::exp(") == 1
     assert kernel.count("acc_") >= 3  # max, sum, mean, variance: one kernel, one row loop
+
+
+def test_members_of_one_loop_compute_a_shared_value_once():
+    # A training step's backward recomputes GELU's output and also takes its gradient: both
+    # need erf(x / sqrt(2)) at the same element, and one loop computes it once for both.
+    def fn(x, g):
+        cdf = 0.5 * (1 + torch.erf(x * 0.7071067811865476))
+        pdf = torch.exp(-0.5 * x * x) * 0.3989422804014327
+        return x * cdf, g * (cdf + x * pdf)
+
+    c = check(fn, torch.randn(16, 512), torch.randn(16, 512))
+    (kernel,) = c.cpp_source.split('extern "C" void kernel')[1:]
+    assert kernel.count("std::erf(") == 1
+
+
+def test_members_of_one_loop_with_different_index_spaces_keep_their_own_values():
+    # Same row length, different shapes: `i0, i1` mean different elements to each member, so
+    # what one loaded must not stand for the other's load of the same buffer.
+    def fn(x, y):
+        a = (x.view(4, 6, 32) * 2).exp()
+        b = (x.view(24, 32).t().contiguous().t() + y).exp()
+        return a, b
+
+    check(fn, torch.randn(24, 32), torch.randn(24, 32))
+
+
+def test_embedding_backward_calls_atens_kernel_and_matches_eager():
+    # Decomposed, the embedding gradient was a zeros fill plus a masked index_put with
+    # accumulate (an extern call 7x slower than ATen's embedding_dense_backward).
+    emb, head = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 3)
+
+    def step(fn, ids):
+        emb.zero_grad(), head.zero_grad()
+        fn(ids).square().sum().backward()
+        return emb.weight.grad.clone(), head.weight.grad.clone()
+
+    def model(ids):
+        return head(emb(ids) * 2).tanh()
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logging.getLogger("kiln.output_code").addHandler(handler)
+    kiln.set_logs("output_code")
+    try:
+        compiled = kiln.compile(model)
+        for _ in range(2):  # repeated ids accumulate into one row
+            ids = torch.randint(0, 50, (4, 9))
+            for got, expected in zip(step(compiled, ids), step(model, ids)):
+                torch.testing.assert_close(got, expected)
+    finally:
+        kiln.set_logs()
+        logging.getLogger("kiln.output_code").removeHandler(handler)
+    text = "\n".join(records)
+    assert "aten_embedding_dense_backward_default(" in text
+    assert "index_put" not in text

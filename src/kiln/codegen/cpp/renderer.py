@@ -233,26 +233,35 @@ def _inner_loop(
     lines.append(f"{ind}{pragma}")
     lines.append(f"{ind}for (int64_t r = {start}; r < {end}; ++r) {{")
     inner = ind + "  "
-    same_row: list[str] = []
+    for m in members:
+        node = k.nodes[m.name]
+        lines.append(f"{inner}{compute_ctype(node.dtype)} v_{node.name};")
+    # Members over the same index space share one scope and one `_Body`, so what several of
+    # them compute (GELU's erf in a backward that also recomputes the forward) is computed
+    # once. A member reading values an earlier loop stored in a row (`k.preset`) gets a scope
+    # of its own: the row it reads may be the one the next member overwrites.
+    scope, member_body = None, None
     for m in members:
         node = k.nodes[m.name]
         var = f"v_{node.name}"
-        lines.append(f"{inner}{compute_ctype(node.dtype)} {var};")
-        lines.append(f"{inner}{{")
-        vs = index_vars(len(node.size))
-        _bind(lines, inner + "  ", vs[: m.split], node.size[: m.split], _X)
-        _bind(lines, inner + "  ", vs[m.split :], node.size[m.split :], _R)
-        member_body = _Body(k, lines, inner + "  ")
-        member_body.names.update(k.preset.get(node.name, {}))
+        key = (tuple(node.size), m.split, node.name in k.preset)
+        if key != scope or node.name in k.preset:
+            if scope is not None:
+                lines.append(f"{inner}}}")
+            lines.append(f"{inner}{{")
+            vs = index_vars(len(node.size))
+            _bind(lines, inner + "  ", vs[: m.split], node.size[: m.split], _X)
+            _bind(lines, inner + "  ", vs[m.split :], node.size[m.split :], _R)
+            member_body, scope = _Body(k, lines, inner + "  "), key
+            member_body.names.update(k.preset.get(node.name, {}))
         v = member_body.emit(body if body is not None else node.body)
         lines.append(f"{inner}  {var} = {v};")
-        lines.append(f"{inner}}}")
-        _store(k, node, _X * k.kernel.inner + _R, var, inner, lines)
+        _store(k, node, _X * k.kernel.inner + _R, var, inner + "  ", lines)
         k.values[node.name] = var
-        same_row.append(node.name)
+    lines.append(f"{inner}}}")
     lines.append(f"{ind}}}")
-    for name in same_row:  # element values are only valid inside this loop
-        del k.values[name]
+    for m in members:  # element values are only valid inside this loop
+        del k.values[m.name]
 
 
 def _pieces(k: _KernelContext, group) -> list | None:
