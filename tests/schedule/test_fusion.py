@@ -173,3 +173,31 @@ def test_a_view_is_freed_after_its_last_reader():
     assert Free(alias.name) in steps[mm_at + 1 :]
     c = check(fn, torch.randn(16, 16), torch.randn(16, 8))
     assert f"del {alias.name}" in c.wrapper_source
+
+
+def test_costly_pointwise_read_broadcast_is_stored_once_not_recomputed_per_reader_element():
+    # Llama's rotary embedding: cos and sin of [seq, dim] angles, read by q and k of every
+    # batch and head. Inlined, each cos was computed batch x heads times over.
+    def fn(q, k, inv_freq):
+        angles = torch.arange(32, dtype=torch.float32)[:, None] * inv_freq[None, :]
+        cos, sin = angles.cos(), angles.sin()
+        return q * cos + q.flip(-1) * sin, k * cos - k * sin
+
+    args = torch.randn(2, 4, 32, 16), torch.randn(2, 2, 32, 16), torch.rand(16)
+    c = check(fn, *args)
+    assert c.cpp_source.count("std::cos(") == 1 and c.cpp_source.count("std::sin(") == 1
+    nodes = c.schedule.graph.node_map()
+    stored = [
+        m.name
+        for k in c.schedule.kernels
+        for m in k.members
+        if isinstance(nodes[m.name], Pointwise) and tuple(nodes[m.name].size) == (32, 16)
+    ]
+    assert len(stored) == 2  # cos and sin, each a [32, 16] buffer
+
+
+def test_costly_pointwise_read_at_its_own_size_stays_inlined():
+    # exp read element for element by two readers of its own size: recomputing it is cheaper
+    # than a round trip through memory (and softmax's sum and output share one kernel).
+    s = _schedule(lambda x: (x.exp() * 2, x.exp().sum(-1)), torch.randn(64, 100))
+    assert len(s.kernels) == 1

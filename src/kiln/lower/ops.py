@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from .ir import Const, Expr, IndexValue, Op
+from .ir import Const, Expr, IndexValue, Op, walk
 
 __all__ = ["IndexValue", "OPS", "op", "const", "cast", "where"]
 
@@ -38,6 +38,18 @@ OPS: dict[str, int] = {
     ),
     "where": 3,
 }
+
+# Ops that cost tens of cycles a value even vectorized (library calls): worth storing a value
+# of instead of computing it again (schedule/realize.py, the C++ renderer's shared values).
+COSTLY = frozenset(
+    "exp exp2 expm1 log log2 log10 log1p tanh sigmoid erf erfc sin cos tan pow".split()
+)
+
+
+def costly_count(expr: Expr) -> int:
+    """How many costly ops `expr` computes (each distinct subexpression once)."""
+    return sum(1 for e in walk(expr) if isinstance(e, Op) and e.op in COSTLY)
+
 
 BOOL_RESULT = frozenset(
     "eq ne lt le gt ge logical_and logical_or logical_xor logical_not isnan isinf signbit".split()

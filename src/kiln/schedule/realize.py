@@ -43,9 +43,14 @@ from ..lower.ir import (
     reindex,
     walk,
 )
+from ..lower.ops import costly_count
 from .fuel import Fuel
 
 INLINE_MAX_OPS = 24  # a pointwise read by several nodes is recomputed by each while this cheap
+# A pointwise with costly ops (lower.ops.COSTLY) is stored when its readers broadcast it: each
+# value would be computed again for every element of the reader that reads it, and this many
+# recomputed values more is worth a kernel of its own.
+BROADCAST_RECOMPUTE_MIN = 4096
 
 
 def users(graph: LoopGraph) -> dict[str, list[str]]:
@@ -149,7 +154,31 @@ def _must_realize(
         return (
             f"read by {len(readers)} nodes and costs {op_count(node.body)} ops (> {INLINE_MAX_OPS})"
         )
-    return None
+    return _broadcast_recompute(node, [nodes[u] for u in readers])
+
+
+def _loop_size(node) -> int | None:
+    """How many times `node`'s body runs (its elements, times the reduced ones), if static."""
+    size = tuple(node.size) + (tuple(node.reduce_size) if isinstance(node, Reduction) else ())
+    return math.prod(size) if all(isinstance(s, int) for s in size) else None
+
+
+def _broadcast_recompute(node: Pointwise, readers: list) -> str | None:
+    """A reason to store `node` when readers that broadcast it would compute its costly ops
+    again for each element they read it at (Llama's rotary cos and sin, [seq, dim], read by
+    every batch and head of q and k: sixteen times each)."""
+    costly = costly_count(node.body)
+    own = _loop_size(node)
+    sizes = [_loop_size(r) for r in readers]
+    if not costly or own is None or None in sizes or not any(n >= 2 * own for n in sizes):
+        return None
+    extra = sum(sizes) - own
+    if extra < BROADCAST_RECOMPUTE_MIN:
+        return None
+    return (
+        f"its {costly} costly op(s) would be computed {extra} more times by readers that "
+        f"broadcast it ({sum(sizes)} reads of {own} values)"
+    )
 
 
 class _Lifetimes:

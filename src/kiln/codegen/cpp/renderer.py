@@ -34,6 +34,7 @@ from ...lower.indexing import (
     sympy_str,
 )
 from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, loads, reindex, walk
+from ...lower.ops import costly_count
 from ...schedule import Kernel, Schedule
 from .ops import (
     CTYPES,
@@ -510,12 +511,6 @@ def render_module(sched: Schedule) -> CppModule:
     return CppModule(kernels, source)
 
 
-# Ops worth keeping from a reduction's loop for a later loop of the same kernel.
-_COSTLY = frozenset(
-    "exp exp2 expm1 log log2 log10 log1p tanh sigmoid erf erfc sin cos tan pow".split()
-)
-
-
 def _shared_values(kernel: Kernel, nodes: dict) -> dict:
     """Reduction member -> (expr, pointwise member, {member: same expr in its body}) where the
     pointwise, and maybe members between, recompute element for element a costly value the
@@ -589,4 +584,4 @@ def _in_member(expr, red: Reduction, node, m):
 
 
 def _costly(expr) -> bool:
-    return any(isinstance(e, Op) and e.op in _COSTLY for e in walk(expr))
+    return costly_count(expr) > 0
