@@ -9,6 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -51,6 +52,20 @@ def test_layer_norm_and_log_softmax_are_one_kernel_each():
     for k in s.kernels:
         assert k.outer == 8 * 16 and k.inner == 96
     check(fn, torch.randn(8, 16, 96), torch.randn(96), torch.randn(96))
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 96), (4, 1, 96), (2, 3, 96)])
+def test_residual_add_and_layer_norm_with_unit_dims_are_one_kernel(shape):
+    # A decode step's rows are [1, 1, C] and its statistics [1, 1]: dimensions of size 1 must
+    # not make the normalization look like it reads another row (it took three kernels).
+    def fn(x, y, w, b):
+        h = x + y
+        return h, F.layer_norm(h, (96,), w, b)
+
+    args = (torch.randn(shape), torch.randn(shape), torch.randn(96), torch.randn(96))
+    s = _schedule(fn, *args)
+    assert len(s.kernels) == 1
+    check(fn, *args)
 
 
 def test_six_op_pointwise_chain_is_one_kernel_one_expression():

@@ -103,6 +103,7 @@ def _reads_ok(node, m: Member, kernel: Kernel, nodes: dict) -> str | None:
     """None if every load of a kernel member by `node` reads a value of the same row."""
     inside = {x.name: x for x in kernel.members}
     rv, rs, iv, isz = _coords(node, m)
+    ones = {v for v, n in zip(rv + iv, rs + isz) if n == 1}  # loop variables that are always 0
     for ld in loads(node.body):
         src_m = inside.get(ld.buf)
         if src_m is None:
@@ -111,14 +112,27 @@ def _reads_ok(node, m: Member, kernel: Kernel, nodes: dict) -> str | None:
         srv, srs, siv, sis = _coords(src, src_m)
         per_row_src = src_m.per_row or isinstance(src, Reduction)
         if per_row_src:
-            if srs != rs or ld.index != tuple(rv):
+            if not _same_position(ld.index, srs, rv, rs, ones):
                 return f"reads {ld.buf}[{', '.join(map(str, ld.index))}], not its own row's value"
         else:
             if m.per_row and not isinstance(node, Reduction):
                 return f"computes one value per row but reads {ld.buf} element by element"
-            if (srs, sis) != (rs, isz) or ld.index != tuple(rv) + tuple(iv):
+            if not _same_position(ld.index, srs + sis, rv + iv, rs + isz, ones):
                 return f"reads {ld.buf} at another element than the one this row computes"
     return None
+
+
+def _same_position(index, src_size, my_vars, my_size, ones: set) -> bool:
+    """Does `src[index]` (of `src_size`) name the element at loop position `my_vars` (of
+    `my_size`)? Dimensions of size 1 do not count: a decode step's [1, 1, 768] row and its
+    [1, 1] statistics are the same row however the kernel splits the ones."""
+    if len(index) != len(src_size):
+        return False
+    theirs = [(e, n) for e, n in zip(index, src_size) if n != 1]
+    mine = [(v, n) for v, n in zip(my_vars, my_size) if n != 1]
+    if theirs != mine:
+        return False
+    return all(e == 0 or e in ones for e, n in zip(index, src_size) if n == 1)
 
 
 def _try_join(node, kernel: Kernel, nodes: dict) -> tuple[Kernel | None, str]:

@@ -56,6 +56,15 @@ def test_layer_norm_is_one_kernel():
     assert "mask" not in kernel_source(c, "kernel0")  # 64 columns fill RBLOCK exactly
 
 
+def test_decode_shaped_residual_and_layer_norm_fuse():
+    def fn(x, y, w, b):  # rows of [1, 1, C]: the statistics [1, 1] are the row's own
+        h = x + y
+        return h, F.layer_norm(h, (64,), w, b)
+
+    c = check(fn, torch.randn(1, 1, 64), torch.randn(1, 1, 64), torch.randn(64), torch.randn(64))
+    assert kernel_count(c) == 1
+
+
 def test_softmax_then_layer_norm_fuse():
     def fn(x, w, b):
         return (F.layer_norm(torch.softmax(x, -1), (48,), w, b),)

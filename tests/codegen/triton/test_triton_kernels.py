@@ -116,8 +116,13 @@ def test_looped_reductions_long_rows():
             F.layer_norm(x, (x.shape[1],), w, b),
         )
 
+    def scales(x, w, b):
+        # a float32 sum of 5000 terms is known to eps * sum|x| in any order (module doc of
+        # tr_helpers); eager's cascade happens to be closer on some samples
+        return {1: x.abs().sum(1).max().item()}
+
     n = 5000
-    c = check(fn, torch.randn(3, n), torch.randn(n), torch.randn(n))
+    c = check(fn, torch.randn(3, n), torch.randn(n), torch.randn(n), scales=scales)
     assert "for roffset in range(0, 5000, RBLOCK):" in c.triton_source
 
 
