@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 
 import torch
 
@@ -125,3 +126,25 @@ def randn(*shape, **kw):
 
 def randn2(*shape):
     return lambda: (torch.randn(*shape), torch.randn(*shape))
+
+
+class CollectLogs(logging.Handler):
+    """Collects one kiln log's messages, whatever other tests did to logging's settings."""
+
+    def __init__(self, name: str):
+        super().__init__(level=logging.DEBUG)
+        self.logger = logging.getLogger(name)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+    def __enter__(self):
+        self.old_level = self.logger.level
+        self.logger.addHandler(self)
+        self.logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.old_level)

@@ -1,11 +1,10 @@
 """Guards: a changed global, module attribute, Python argument, dtype or shape is noticed,
 recompiles with the new behaviour, and `KILN_LOGS=recompiles` names the failed guard."""
 
-import logging
-
 import pytest
 import torch
 import torch.nn as nn
+from harness import CollectLogs as _Collect
 from harness import CountingBackend
 
 import kiln
@@ -119,28 +118,6 @@ def test_requires_grad_and_grad_mode_are_guarded():
     with torch.no_grad():
         assert not f(y).requires_grad
     assert len(backend.graphs) == 3
-
-
-class _Collect(logging.Handler):
-    """Collects one kiln log's messages, whatever other tests did to logging's settings."""
-
-    def __init__(self, name: str):
-        super().__init__(level=logging.DEBUG)
-        self.logger = logging.getLogger(name)
-        self.messages: list[str] = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-    def __enter__(self):
-        self.old_level = self.logger.level
-        self.logger.addHandler(self)
-        self.logger.setLevel(logging.INFO)
-        return self
-
-    def __exit__(self, *exc):
-        self.logger.removeHandler(self)
-        self.logger.setLevel(self.old_level)
 
 
 def test_recompile_log_names_guard_and_value():

@@ -16,7 +16,7 @@ import torch
 
 from . import guards as G
 from . import module_tree
-from .sources import AttrSource, ConstSource
+from .sources import AttrSource, ConstSource, InstanceDictSource
 
 
 def _lib(name: str) -> bool:
@@ -64,12 +64,14 @@ STRUCTURE = ("_parameters", "_buffers", "_modules")
 
 def _attr_source(tracer, obj, src, name, value):
     """Parameters, buffers and submodules of a module are held directly, under the module-tree
-    version guard; every other attribute is read through its path."""
+    version guard (an empty slot too: `conv.bias` is None, and registering a parameter, buffer or
+    submodule there bumps the version); other attributes of a held module are read from its
+    instance dictionary; every other attribute is read through its path."""
     if isinstance(obj, torch.nn.Module):
         d = obj.__dict__
         structural = (
             name in STRUCTURE
-            or isinstance(value, (torch.Tensor, torch.nn.Module))
+            or (value is None or isinstance(value, (torch.Tensor, torch.nn.Module)))
             and any(name in d.get(k, ()) for k in STRUCTURE)
         )
         if structural:
@@ -82,7 +84,23 @@ def _attr_source(tracer, obj, src, name, value):
                     if isinstance(v, (torch.Tensor, torch.nn.Module)):
                         tracer.track(v, ConstSource(v, f"{label}[{k!r}]"))
             return ConstSource(value, label)
+        if isinstance(src, ConstSource) and name in d and not _data_descriptor(type(obj), name):
+            return InstanceDictSource(instance_dict_guard(tracer, src), name)
     return AttrSource(src, name)
+
+
+def instance_dict_guard(tracer, src: ConstSource) -> ConstSource:
+    """Reads through a held object's `__dict__` are valid while it keeps that dictionary."""
+    d = src.obj.__dict__
+    tracer.guards.add(
+        G.Guard(src, "DICT", "{s}.__dict__ is {d}", {"d": d}, "keeps its instance dictionary")
+    )
+    return src
+
+
+def _data_descriptor(cls: type, name: str) -> bool:
+    attr = _class_attr(cls, name)
+    return hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")
 
 
 def _tree_guard(tracer) -> None:

@@ -138,6 +138,24 @@ class AttrSource(Source):
 
 
 @dataclass(frozen=True, eq=False)
+class InstanceDictSource(Source):
+    """An attribute of a held object, read from its instance dictionary: what `obj.name`
+    gives while the name is in `obj.__dict__` and the class has no data descriptor for it.
+    nn.Module's `__getattr__` hook makes every `module.name` several times slower than a dict
+    lookup, and a large model's guards read hundreds of them; a DICT guard checks on each call
+    that the object still has the dictionary held here (see attributes.py)."""
+
+    base: ConstSource
+    name: str
+
+    def describe(self) -> str:
+        return f"{self.base.describe()}.{self.name}"
+
+    def expr(self, namer: Namer) -> str:
+        return f"{namer.const(self.base.obj.__dict__, 'd')}[{self.name!r}]"
+
+
+@dataclass(frozen=True, eq=False)
 class ItemSource(Source):
     base: Source
     key: Any

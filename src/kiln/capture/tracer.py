@@ -118,12 +118,9 @@ class Tracer:
         if isinstance(value, torch.Tensor):
             self._track_tensor(value, source)
             return
-        if (
-            isinstance(value, G.CONSTANT_TYPES)
-            and type(value) is not torch.Size
-            or (type(value) is torch.Size)
-        ):
-            self.guards.add(G.constant_guard(source, value))
+        if isinstance(value, G.CONSTANT_TYPES):
+            if not isinstance(source, ConstSource):  # a held value is what it was
+                self.guards.add(G.constant_guard(source, value))
             return
         seen = self.sources.get(id(value))
         if seen is not None:
