@@ -154,10 +154,10 @@ def _alias(view: View, nodes: dict) -> str:
     strides = [c if s != 1 else 0 for c, s in zip(coeffs, view.size)]
     rel = const  # offsets relative to the base tensor's own storage offset
     del lay_offset
-    return (
-        f"_as_strided({view.base}, {_tuple(view.size)}, {_tuple(strides)}, "
-        f"{view.base}.storage_offset() + {rel})"
-    )
+    head = f"_as_strided({view.base}, {_tuple(view.size)}, {_tuple(strides)}"
+    if rel == 0:  # torch.as_strided keeps the base's own storage offset when given none
+        return head + ")"
+    return head + f", {view.base}.storage_offset() + {rel})"
 
 
 def _size_of(node) -> tuple:

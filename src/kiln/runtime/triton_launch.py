@@ -66,10 +66,16 @@ _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 def _no_hooks() -> bool:
     """No launch hook is set (Triton keeps them as `HookChain`s, empty unless a profiler or
     debugger added one)."""
-    from triton import knobs
+    runtime = _RUNTIME[0]
+    if runtime is None:  # imported on the first launch, not per launch
+        from triton import knobs
 
-    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        runtime = _RUNTIME[0] = knobs.runtime
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
     return not getattr(enter, "calls", enter) and not getattr(leave, "calls", leave)
+
+
+_RUNTIME: list = [None]  # triton.knobs.runtime
 
 
 class FastKernel:

@@ -96,8 +96,7 @@ def _empty(size, stride, dtype, device):
     return torch.empty_strided(size, stride, dtype=dtype, device=device)
 
 
-def _as_strided(base, size, stride, offset):
-    return torch.as_strided(base, size, stride, offset)
+_as_strided = torch.as_strided  # (base, size, stride[, offset]): the wrapper calls it directly
 
 
 def _fix_input(t: torch.Tensor, name: str, size, stride, device=None) -> torch.Tensor:
@@ -127,6 +126,8 @@ def make_namespace(loaded, module: TritonModule, wrapper, constants: dict, devic
         "_fix_input": _fix_input,
         "_device_guard": _device_guard,
         "_default_device": device,
+        # an int compare per input instead of building a torch.device (-1: the CPU)
+        "_device_index": torch.empty(0, device=device).get_device(),
     }
     fast = not is_interpreting()  # the interpreter has no compiled launchers to call
     for k in module.kernels:
