@@ -52,7 +52,7 @@ def render_wrapper(sched: Schedule, kernels: dict[str, TritonKernel]) -> Wrapper
         size, stride = _tuple(lay.size), _tuple(lay.stride)
         lines.append(
             f"    if {name}.stride() != {stride} or {name}.shape != {size} or "
-            f"{name}.device != device: "
+            f"{name}.get_device() != _device_index: "
             f"{name} = _fix_input({name}, {name!r}, {size}, {stride}, device)"
         )
     lines.append("    with _device_guard(device):")
