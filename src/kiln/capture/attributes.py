@@ -91,10 +91,7 @@ def _attr_source(tracer, obj, src, name, value):
 
 def instance_dict_guard(tracer, src: ConstSource) -> ConstSource:
     """Reads through a held object's `__dict__` are valid while it keeps that dictionary."""
-    d = src.obj.__dict__
-    tracer.guards.add(
-        G.Guard(src, "DICT", "{s}.__dict__ is {d}", {"d": d}, "keeps its instance dictionary")
-    )
+    tracer.guards.add(G.dict_guard(src, src.obj.__dict__))
     return src
 
 

@@ -289,7 +289,7 @@ class CompiledFunction:
             self.params,
             self.defaults,
             self.kwdefaults,
-            tracer.guards.exprs(namer),
+            tracer.guards.check_lines(namer),
             inputs,
             compiled is not None,
             effects,

@@ -293,7 +293,7 @@ def build_entry(
     params: str,
     defaults: tuple,
     kwdefaults: dict,
-    guard_exprs: list[str],
+    guard_lines: list[str],
     input_exprs: list[str],
     has_graph: bool,
     effect_lines: list[str],
@@ -302,12 +302,10 @@ def build_entry(
     name: str,
     tail: list[str] | None = None,
 ) -> tuple[types.FunctionType, str]:
-    guard = " and\n            ".join(f"({g})" for g in guard_exprs) or "True"
     lines = [
         f"def {name}({params}):",
         "    try:",
-        f"        if not ({guard}):",
-        "            return ___MISS",
+        *[f"        {line}" for line in guard_lines],
         "    except Exception:",
         "        return ___MISS",
     ]

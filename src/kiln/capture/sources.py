@@ -42,6 +42,11 @@ class Source:
     def expr(self, namer: Namer) -> str:
         raise NotImplementedError
 
+    def row(self) -> tuple[tuple, tuple, str] | None:
+        """For a held value: what locates it as a row of a guard table (the row's values, the
+        loop variables they bind, the expression over those variables); None otherwise."""
+        return None
+
     def __str__(self) -> str:
         return self.describe()
 
@@ -73,6 +78,9 @@ class ConstSource(Source):
 
     def expr(self, namer: Namer) -> str:
         return namer.const(self.obj, "self")
+
+    def row(self) -> tuple[tuple, tuple, str]:
+        return (self.obj,), ("___r_s",), "___r_s"
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,6 +161,9 @@ class InstanceDictSource(Source):
 
     def expr(self, namer: Namer) -> str:
         return f"{namer.const(self.base.obj.__dict__, 'd')}[{self.name!r}]"
+
+    def row(self) -> tuple[tuple, tuple, str]:
+        return (self.base.obj.__dict__, self.name), ("___r_sd", "___r_sk"), "___r_sd[___r_sk]"
 
 
 @dataclass(frozen=True, eq=False)
