@@ -33,6 +33,7 @@ from ...runtime.triton_launch import FastKernel
 from ...schedule import schedule
 from ..compiled import CompiledGraph
 from ..devices import eager_callable
+from ..pad_mm import pad_matmuls
 from ..restride import functionalize_restrides
 from .renderer import TritonKernel, TritonModule, render_module
 from .wrapper import render_wrapper
@@ -68,6 +69,7 @@ def compile_graph_strict(
     start = time.perf_counter()
     prestart()
     functionalize_restrides(gm)
+    pad_matmuls(gm, example_inputs)
     fuel = options.get("debug.fuel") if options is not None else None
     verify_ir = options.get("debug.verify_ir") if options is not None else False
     example_inputs = list(example_inputs)
