@@ -14,7 +14,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.lower import lower_graph
 from kiln.lower.ir import Pointwise
-from kiln.schedule import ExternCall, Free, schedule
+from kiln.schedule import Alloc, ExternCall, Free, schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen"))
 from cg_helpers import check  # noqa: E402
@@ -88,3 +88,49 @@ def test_a_buffer_an_extern_view_op_aliases_is_freed_but_never_reused():
     assert Free(y) in s.steps  # its split's views keep the storage; the name goes
     assert not any(isinstance(st, Alloc) and st.reuse == y for st in s.steps)
     check(fn, *args)
+
+
+def test_matmul_outputs_are_planned_buffers_that_later_steps_reuse():
+    # Matmuls are called with out= into buffers of the plan, which return to the pool like a
+    # kernel's: a stack of linear layers cycles through a few buffers instead of asking the
+    # allocator for fresh ones (that the OS hands back as page faults, every call).
+    def fn(x, ws, bs):
+        h = x
+        for k in range(4):
+            h = F.gelu(F.linear(h, ws[k], bs[k])) + h
+        return torch.bmm(h.view(4, 8, 32), h.view(4, 32, 8)).softmax(-1)
+
+    x, ws, bs = torch.randn(32, 32), torch.randn(4, 32, 32), torch.randn(4, 32)
+    c = check(fn, x, ws, bs)
+    src = c.wrapper_source
+    assert src.count("aten_addmm_out(") == 4 and src.count("aten_bmm_out(") == 1
+    assert "aten_addmm_default" not in src
+    reused = [s for s in c.schedule.steps if isinstance(s, Alloc) and s.reuse]
+    assert any(s.name.startswith("extern") for s in reused)  # a matmul wrote a reused buffer
+    assert any(s.reuse.startswith("extern") for s in reused)  # and a freed one was taken
+
+
+def test_out_variants_are_not_used_when_the_schedule_is_not_told():
+    # The Triton wrapper calls extern ops functionally: without out_externs the plan leaves
+    # matmul outputs to ATen.
+    def fn(x, w):
+        return (x @ w).relu()
+
+    s = _schedule(fn, torch.randn(8, 16), torch.randn(16, 8))
+    assert not any(isinstance(st, Alloc) and st.name.startswith("extern") for st in s.steps)
+
+
+def test_a_freed_buffer_is_not_kept_across_the_peak_for_a_later_reuse():
+    # s1 dies before the big step; s2 (same size) comes after it. Keeping s1's storage for s2
+    # would hold it through the graph's peak and raise it: s2 gets its own buffer instead.
+    def fn(x, y, w):
+        m1 = (x * 3) @ x
+        big = (y * 2) @ w
+        return big, (m1 - 1) @ x
+
+    x, y, w = torch.randn(32, 32), torch.randn(256, 256), torch.randn(256, 256)
+    c = check(fn, x, y, w)
+    allocs = [s for s in c.schedule.steps if isinstance(s, Alloc)]
+    small = [s for s in allocs if s.name.startswith("buf")]
+    assert len(small) == 3  # x * 3, y * 2, m1 - 1
+    assert small[2].reuse is None

@@ -31,7 +31,7 @@ from .compiled import CompiledGraph, make_namespace
 from .cpp.renderer import render_module
 from .devices import eager_callable
 from .restride import functionalize_restrides
-from .wrapper import render_wrapper
+from .wrapper import OUT_VARIANTS, render_wrapper
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options | None = None):
@@ -56,7 +56,7 @@ def compile_graph_strict(gm, example_inputs, *, options: Options | None = None) 
     fuel = options.get("debug.fuel") if options is not None else None
     verify_ir = options.get("debug.verify_ir") if options is not None else False
     graph = lower_graph(gm, list(example_inputs))
-    sched = schedule(graph, fuel=fuel, verify_ir=verify_ir)
+    sched = schedule(graph, fuel=fuel, verify_ir=verify_ir, out_externs=frozenset(OUT_VARIANTS))
     module = render_module(sched)
     params = {k.name: k.params for k in module.kernels}
     wrapper = render_wrapper(sched, params)

@@ -19,8 +19,27 @@ from dataclasses import dataclass
 import torch
 
 from ..lower.indexing import index_vars, linearize
-from ..lower.ir import BufRef, Extern, ExternItem, Pointwise, Reduction, View, node_size
+from ..lower.ir import (
+    BufRef,
+    Extern,
+    ExternItem,
+    Pointwise,
+    Reduction,
+    View,
+    node_dtype,
+    node_size,
+)
 from ..schedule import Alias, Alloc, ExternCall, Free, Kernel, Schedule
+
+_aten = torch.ops.aten
+# Extern calls the C++ wrapper makes with `out=` into a buffer the memory plan gives (and may
+# reuse): the schedule is told which ones (`schedule(..., out_externs=...)`).
+OUT_VARIANTS = {
+    _aten.mm.default: _aten.mm.out,
+    _aten.addmm.default: _aten.addmm.out,
+    _aten.bmm.default: _aten.bmm.out,
+    _aten.baddbmm.default: _aten.baddbmm.out,
+}
 
 
 @dataclass(frozen=True)
@@ -94,25 +113,33 @@ def render_wrapper(sched: Schedule, kernel_params: dict[str, tuple[str, ...]]) -
     kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
     read_by_kernel = indexed_by_layout(sched, nodes, kernel_params.values())
     externs: dict = {}
+    allocated: set[str] = set()
     for step in sched.steps:
         if isinstance(step, Alloc):
             node = nodes[step.name]
-            size, stride = _tuple(node.size), _tuple(node.layout.stride)
+            size, stride = _tuple(node_size(node)), _tuple(node.layout.stride)
+            allocated.add(step.name)
             if step.reuse:
                 lines.append(f"    {step.name} = {step.reuse}.view({size}); del {step.reuse}")
             else:
-                lines.append(f"    {step.name} = _empty({size}, {stride}, {_dtype(node.dtype)})")
+                dtype = _dtype(node_dtype(node))
+                lines.append(f"    {step.name} = _empty({size}, {stride}, {dtype})")
         elif isinstance(step, Kernel):
             ptrs = ", ".join(f"{p}.data_ptr()" for p in kernel_params[step.name])
             members = ", ".join(m.name for m in step.members)
             lines.append(f"    {step.name}({ptrs})  # {members}")
         elif isinstance(step, ExternCall):
             node = nodes[step.name]
-            fn = _extern_name(node.target)
-            externs[fn] = node.target
+            into = node.name in allocated  # the plan gave it a buffer: call the out= variant
+            target = OUT_VARIANTS[node.target] if into else node.target
+            fn = _extern_name(target)
+            externs[fn] = target
             args = [_arg(a) for a in node.args] + [f"{k}={_arg(v)}" for k, v in node.kwargs]
-            lines.append(f"    {node.name} = {fn}({', '.join(args)})")
-            lines.extend(_extern_outputs(node, nodes, read_by_kernel))
+            if into:
+                lines.append(f"    {fn}({', '.join(args + [f'out={node.name}'])})")
+            else:
+                lines.append(f"    {node.name} = {fn}({', '.join(args)})")
+                lines.extend(_extern_outputs(node, nodes, read_by_kernel))
         elif isinstance(step, Alias):
             lines.append(f"    {step.name} = {_alias(nodes[step.name], nodes)}")
         elif isinstance(step, Free):

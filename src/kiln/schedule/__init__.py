@@ -35,7 +35,14 @@ class Schedule:
         return "\n".join(str(s) for s in self.steps)
 
 
-def schedule(graph: LoopGraph, *, fuel: int | None = None, verify_ir: bool = False) -> Schedule:
+def schedule(
+    graph: LoopGraph,
+    *,
+    fuel: int | None = None,
+    verify_ir: bool = False,
+    out_externs: frozenset = frozenset(),
+) -> Schedule:
+    """`out_externs`: extern targets the renderer calls with `out=` (see memory.py)."""
     check = verify if verify_ir else (lambda g: g)
     budget = Fuel(fuel)
     graph = check(eliminate_dead(graph))
@@ -43,7 +50,7 @@ def schedule(graph: LoopGraph, *, fuel: int | None = None, verify_ir: bool = Fal
     graph = check(inline_pointwise(graph, budget))
     graph = check(eliminate_dead(graph))
     steps = fuse(graph, budget)
-    steps = plan_memory(graph, steps)
+    steps = plan_memory(graph, steps, out_externs)
     result = Schedule(graph, steps)
     logs.log("schedule", lambda: f"schedule ({budget}):\n{result}")
     return result
