@@ -91,7 +91,9 @@ def _attr_source(tracer, obj, src, name, value):
 
 def instance_dict_guard(tracer, src: ConstSource) -> ConstSource:
     """Reads through a held object's `__dict__` are valid while it keeps that dictionary."""
-    tracer.guards.add(G.dict_guard(src, src.obj.__dict__))
+    if id(src.obj) not in tracer.dict_guarded:  # (held objects live as long as the trace)
+        tracer.dict_guarded.add(id(src.obj))
+        tracer.guards.add(G.dict_guard(src, src.obj.__dict__))
     return src
 
 

@@ -55,17 +55,19 @@ class Guard:
         o = self.other.expr(namer) if self.other is not None else ""
         return self.check.format(s=s, o=o, **names)
 
-    def row(self) -> tuple[tuple, tuple, str] | None:
-        """This guard as a row of a table checked in a loop, when its source is a held object
-        (see GuardSet.check_lines): the row's values, the loop's variable names, and the check
-        written over those names."""
+    def row(self) -> tuple | None:
+        """This guard's values as a row of a table checked in a loop (see
+        GuardSet.check_lines), when its source is a held object; None otherwise."""
         held_row = self.source.row() if self.source is not None and self.other is None else None
         if held_row is None:
             return None
-        values, names, s = held_row
-        names = names + tuple(f"___r_{k}" for k in self.held)
-        check = self.check.format(s=s, **{k: f"___r_{k}" for k in self.held})
-        return values + tuple(self.held.values()), names, check
+        return held_row[0] + tuple(self.held.values())
+
+    def table(self) -> tuple[str, str]:
+        """The loop variables of this guard's table and its check written over them."""
+        _, names, s = self.source.row()
+        names += tuple(f"___r_{k}" for k in self.held)
+        return ", ".join(names), self.check.format(s=s, **{k: f"___r_{k}" for k in self.held})
 
     def describe(self) -> str:
         where = self.source.describe() if self.source is not None else "global state"
@@ -74,8 +76,8 @@ class Guard:
     def key(self) -> tuple:
         src = self.source.describe() if self.source is not None else ""
         other = self.other.describe() if self.other is not None else ""
-        held = tuple(_literal(v) or id(v) for v in self.held.values())
-        return (self.kind, src, other, self.check, held)
+        # held values are kept alive by the guard that holds them, so their ids are unique
+        return (self.kind, src, other, self.check, tuple(map(id, self.held.values())))
 
 
 def type_guard(source: Source, value: Any) -> Guard:
@@ -242,15 +244,16 @@ class GuardSet:
             if row is None:
                 inline.append(g.expr(namer))
                 continue
-            values, names, check = row
-            tables.setdefault((names, check), (g, []))[1].append(values)
+            shape = (type(g.source), g.check, tuple(g.held))  # guards that share one check
+            tables.setdefault(shape, (g, []))[1].append(row)
         lines = []
-        for (names, check), (first, rows) in tables.items():
+        for first, rows in tables.values():
             if len(rows) == 1:
                 inline.append(first.expr(namer))
                 continue
+            names, check = first.table()
             lines += [
-                f"for {', '.join(names)} in {namer.const(tuple(rows), 'rows')}:",
+                f"for {names} in {namer.const(tuple(rows), 'rows')}:",
                 f"    if not ({check}):",
                 "        return ___MISS",
             ]

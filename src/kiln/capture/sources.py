@@ -44,7 +44,8 @@ class Source:
 
     def row(self) -> tuple[tuple, tuple, str] | None:
         """For a held value: what locates it as a row of a guard table (the row's values, the
-        loop variables they bind, the expression over those variables); None otherwise."""
+        loop variables they bind, the expression over those variables, which depend only on
+        the source's class); None otherwise."""
         return None
 
     def __str__(self) -> str:

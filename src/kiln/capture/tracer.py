@@ -72,6 +72,7 @@ class Tracer:
         self.inner_functions: set[int] = set()
         self.created_objects: set[int] = set()  # user-class instances made during the trace
         self.tree_guarded = False  # the module-structure guard is added once per trace
+        self.dict_guarded: set[int] = set()  # held objects whose __dict__ is guarded
         self.interp = None  # set by the frontend; consulted to decide if a break can resume
         self.dynamic_policy = None  # (source, tensor) -> dims to make symbolic; set by frontend
         self.dyn = None  # DynamicShapes, created by the first dynamic input
@@ -79,6 +80,7 @@ class Tracer:
         self.mutated_attrs: set[tuple[int, str]] = set()
         self.mutated_objs: set[int] = set()
         self._names: set[str] = set()
+        self._node_names: dict[int, str] = {}
         self._first_op: fx.Node | None = None  # placeholders go before it
         self.grad_enabled = torch.is_grad_enabled()
         self.guards.add(
@@ -311,8 +313,12 @@ class Tracer:
         """A node for a recorded call. Made empty, then given its arguments: the same node as
         `create_node(op, target, args, kwargs)`, without that method's generic walk of the
         arguments looking for raw SymInts (kiln's symbolic numbers are nodes already), which
-        costs as much as the rest of making a node, once per recorded call."""
-        node = self.graph.create_node(op, target)
+        costs as much as the rest of making a node, once per recorded call; and named as FX
+        would, from a name worked out once per target."""
+        name = self._node_names.get(id(target))  # (the graph's nodes keep their targets alive)
+        if name is None:  # FX's name for the target, worked out once (a regex a node)
+            name = self._node_names[id(target)] = self.graph._target_to_str(target)
+        node = self.graph.create_node(op, target, name=name)
         node.args = args
         if kwargs:
             node.kwargs = kwargs
