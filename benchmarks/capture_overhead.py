@@ -4,15 +4,20 @@
    first call of `kiln.compile(model, backend="eager")` (trace + guards + residual; the trace
    runs the real forward once), against the first call of `torch.compile(model,
    backend="eager")` (Dynamo's capture, torch._dynamo already imported). Each in a fresh process.
+   A full garbage collection is run just before either first call: building the model and
+   importing torch, kiln or Dynamo leave one pending (55-68 ms here), and without the collect it
+   lands inside whichever first call crosses the allocation threshold, which measures the
+   program's garbage, not the compiler (`--pending-gc` times it the old way).
 2. Per-call overhead of a compiled function with 10 tensor inputs: median time of a compiled
    call minus a direct call of the captured graph's callable, over many calls.
 3. Per-call cost of a large module's entry function (guards, input fetch, result rebuild): a
-   ResNet-style CNN with 50 conv+BN pairs (~100 modules under Sequentials, ~250 parameters and
-   buffers, as torchvision's ResNet-50 has), compiled with backend="eager"; the entry is timed
+   ResNet-style CNN with 50 conv+BN pairs (157 modules, 308 parameters and buffers, about as
+   many as torchvision's ResNet-50 has), compiled with backend="eager"; the entry is timed
    with its graph call replaced by one returning the recorded outputs, so what is left is
    kiln's own per-call work.
 
 Usage: python benchmarks/capture_overhead.py [--reps N] [--only capture|overhead|guards]
+       [--pending-gc]
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import time
 import timeit
 
 GPT_SRC = r"""
-import math, time, torch, torch.nn as nn, torch.nn.functional as F
+import gc, math, time, torch, torch.nn as nn, torch.nn.functional as F
 class Attn(nn.Module):
     def __init__(s, d, h):
         super().__init__(); s.h = h; s.qkv = nn.Linear(d, 3 * d); s.proj = nn.Linear(d, d)
@@ -65,6 +70,8 @@ with torch.no_grad():
     else:
         import torch._dynamo
         cm = torch.compile(model, backend="eager")
+    if COLLECT:
+        gc.collect()
     t0 = time.perf_counter(); out = cm(idx); first = time.perf_counter() - t0
     idx2 = torch.randint(0, 50257, (1, 64))
     ok = torch.allclose(cm(idx2), model(idx2), atol=1e-5)
@@ -72,8 +79,8 @@ print(json.dumps({"first_call_s": first, "eager_forward_s": eager_s, "correct": 
 """
 
 
-def capture_time(which: str) -> dict:
-    src = f"import json\nWHICH = {which!r}\n" + GPT_SRC
+def capture_time(which: str, collect: bool = True) -> dict:
+    src = f"import json\nWHICH = {which!r}\nCOLLECT = {collect!r}\n" + GPT_SRC
     out = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -167,6 +174,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--only", choices=("capture", "overhead", "guards"))
+    ap.add_argument("--pending-gc", action="store_true", help="no gc.collect() before first calls")
     args = ap.parse_args()
     import torch
 
@@ -179,8 +187,8 @@ def main() -> None:
             f"correct={g['correct']}"
         )
         return
-    kiln_t = capture_time("kiln")
-    torch_t = capture_time("torch")
+    kiln_t = capture_time("kiln", not args.pending_gc)
+    torch_t = capture_time("torch", not args.pending_gc)
     if args.only == "capture":
         print(
             f"  kiln {kiln_t['first_call_s']:.3f} s, "
