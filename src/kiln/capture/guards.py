@@ -104,7 +104,8 @@ def constant_guard(source: Source, value: Any) -> Guard:
         check = "type({s}) is " + type(value).__name__ + " and {s} == {v}"
     else:
         check = "type({s}) is {t} and {s} == {v}"
-    return Guard(source, "CONST", check, {"t": type(value), "v": value}, f"== {value!r:.60}")
+    same = "is" if value is None or isinstance(value, (bool, torch.dtype)) else "=="
+    return Guard(source, "CONST", check, {"t": type(value), "v": value}, f"{same} {value!r:.60}")
 
 
 def len_guard(source: Source, value: Any) -> Guard:
