@@ -56,7 +56,9 @@ def compile_graph_strict(gm, example_inputs, *, options: Options | None = None) 
     fuel = options.get("debug.fuel") if options is not None else None
     verify_ir = options.get("debug.verify_ir") if options is not None else False
     graph = lower_graph(gm, list(example_inputs))
-    sched = schedule(graph, fuel=fuel, verify_ir=verify_ir, out_externs=frozenset(OUT_VARIANTS))
+    sched = schedule(
+        graph, fuel=fuel, verify_ir=verify_ir, out_externs=frozenset(OUT_VARIANTS), arena=True
+    )
     module = render_module(sched)
     params = {k.name: k.params for k in module.kernels}
     wrapper = render_wrapper(sched, params)

@@ -37,12 +37,18 @@ def _fix_input(t: torch.Tensor, name: str, size, stride) -> torch.Tensor:
     return out
 
 
+def _new_arena(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8, device="cpu")
+
+
 def make_namespace(lib, module, wrapper, constants: dict) -> dict:
     ns: dict = {
         "torch": torch,
         "_empty": _empty,
         "_as_strided": _as_strided,
         "_fix_input": _fix_input,
+        "_new_arena": _new_arena,
+        "_arenas": [],  # this graph's arenas between calls (schedule/arena.py)
     }
     for k in module.kernels:
         ns[k.name] = getattr(lib, k.name)

@@ -110,6 +110,7 @@ def render_wrapper(sched: Schedule, kernel_params: dict[str, tuple[str, ...]]) -
             f"    if {name}.stride() != {stride} or {name}.shape != {size}: "
             f"{name} = _fix_input({name}, {name!r}, {size}, {stride})"
         )
+    lines.extend(_arena_header(sched, nodes))
     kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
     read_by_kernel = indexed_by_layout(sched, nodes, kernel_params.values())
     externs: dict = {}
@@ -121,6 +122,12 @@ def render_wrapper(sched: Schedule, kernel_params: dict[str, tuple[str, ...]]) -
             allocated.add(step.name)
             if step.reuse:
                 lines.append(f"    {step.name} = {step.reuse}.view({size}); del {step.reuse}")
+            elif step.name in sched.arena.offsets:
+                dtype = node_dtype(node)
+                at = sched.arena.offsets[step.name] // dtype.itemsize
+                lines.append(
+                    f"    {step.name} = _as_strided({_arena_view(dtype)}, {size}, {stride}, {at})"
+                )
             else:
                 dtype = _dtype(node_dtype(node))
                 lines.append(f"    {step.name} = _empty({size}, {stride}, {dtype})")
@@ -146,9 +153,27 @@ def render_wrapper(sched: Schedule, kernel_params: dict[str, tuple[str, ...]]) -
             if step.name in kept:
                 continue
             lines.append(f"    del {step.name}")
+    if sched.arena.nbytes:
+        lines.append("    _arenas.append(_arena)")
     outs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
     lines.append(f"    return ({''.join(o + ', ' for o in outs)})")
     return WrapperProgram("\n".join(lines) + "\n", externs)
+
+
+def _arena_header(sched: Schedule, nodes: dict) -> list[str]:
+    """Take the graph's arena (schedule/arena.py) from the ones kept by earlier calls, or make
+    one (the first call, or a call while another is running), and one typed view of it per
+    dtype placed in it."""
+    if not sched.arena.nbytes:
+        return []
+    lines = [f"    _arena = _arenas.pop() if _arenas else _new_arena({sched.arena.nbytes})"]
+    for dtype in dict.fromkeys(node_dtype(nodes[n]) for n in sched.arena.offsets):
+        lines.append(f"    {_arena_view(dtype)} = _arena.view({_dtype(dtype)})")
+    return lines
+
+
+def _arena_view(dtype: torch.dtype) -> str:
+    return "_arena_" + str(dtype).replace("torch.", "")
 
 
 def _extern_outputs(node: Extern, nodes: dict, read_by_kernel: set) -> list[str]:

@@ -102,7 +102,7 @@ def plan_memory(graph: LoopGraph, steps, out_externs: frozenset = frozenset()) -
     pinned = returned | {owner.get(o, o) for o in returned} | set(graph.constants)
     # Freed after their last reader like any buffer (the view keeps the storage alive), but
     # never reused: the view may still be read after that.
-    shared = _viewed_by_externs(graph, owner)
+    shared = viewed_by_externs(graph, owner)
     inputs = set(graph.inputs)
     last: dict[str, int] = {}
     for k, step in enumerate(steps):
@@ -193,13 +193,21 @@ def _take(free: list, k: int, live: list[int], peak: int, size: int) -> str | No
     return None
 
 
-def _viewed_by_externs(graph: LoopGraph, owner: dict) -> set[str]:
+# Ops that return a view of an input although their schema does not say so.
+_UNANNOTATED_VIEWS = frozenset({"aten::_unsafe_view"})
+
+
+def viewed_by_externs(graph: LoopGraph, owner: dict) -> set[str]:
     """Buffers an extern call returns a view of (`as_strided`, `split`, ... kept as ATen
-    calls): that view shares their storage, so they never go back to the pool for reuse."""
+    calls): that view shares their storage, so they never go back to the pool for reuse, nor
+    into the arena (the view may be returned)."""
     out = set()
     for n in graph.nodes:
         schema = getattr(n.target, "_schema", None) if isinstance(n, Extern) else None
-        if schema is not None and any(r.alias_info is not None for r in schema.returns):
+        if schema is not None and (
+            schema.name in _UNANNOTATED_VIEWS
+            or any(r.alias_info is not None for r in schema.returns)
+        ):
             out.update(owner.get(r.name, r.name) for r in buf_refs((n.args, n.kwargs)))
     return out
 
