@@ -104,3 +104,15 @@ def test_embedding_backward_calls_atens_kernel_and_matches_eager():
     text = "\n".join(records)
     assert "aten_embedding_dense_backward_default(" in text
     assert "index_put" not in text
+
+
+def test_channels_last_rows_loop_over_channels_innermost():
+    # A batch norm + ReLU on a channels-last tensor: the row is width x channels. Looping over
+    # channels innermost reads the per-channel parameters as vectors, not as `r % 16` gathers.
+    def fn(x, mean, var):
+        return F.relu((x - mean[:, None, None]) * torch.rsqrt(var[:, None, None] + 1e-5))
+
+    x = torch.randn(2, 16, 8, 8).contiguous(memory_format=torch.channels_last)
+    c = check(fn, x, torch.randn(16), torch.rand(16) + 0.5)
+    assert "for (int64_t ri = 0; ri < 16; ++ri)" in c.cpp_source
+    assert "%16" not in c.cpp_source.replace(" ", "")

@@ -18,6 +18,7 @@ import torch
 
 from .. import logs
 from .context import INDIRECT_LOAD_DEVICES, SUPPORTED_DTYPES, LoweringContext
+from .conv_layout import channels_last_convolutions
 from .ir import BufRef, Constant, Extern, ExternItem, Input, Layout, LoopGraph, buf_refs
 from .layouts import store_in_eager_order
 from .registry import Unsupported, lowering_for
@@ -121,8 +122,11 @@ def lower_graph(
     (the target renderer must support `Indirect`); None decides by the graph's device
     (`INDIRECT_LOAD_DEVICES`)."""
     ensure_meta(gm, example_inputs)
+    device = graph_device_type(gm, example_inputs)
+    if device == "cpu":
+        channels_last_convolutions(gm, example_inputs)
     if indirect_loads is None:
-        indirect_loads = graph_device_type(gm, example_inputs) in INDIRECT_LOAD_DEVICES
+        indirect_loads = device in INDIRECT_LOAD_DEVICES
     ctx = LoweringContext(indirect_loads=indirect_loads)
     env: dict[torch.fx.Node, object] = {}
     inputs: list[str] = []

@@ -49,6 +49,7 @@ from .ops import render_const as _const
 
 PARALLEL_MIN_ELEMENTS = 32768  # below this, starting threads costs more than it saves
 _X, _R = sympy.Symbol("x", integer=True), sympy.Symbol("r", integer=True)
+_RO = sympy.Symbol("ro", integer=True)  # the row's position outside its last dimension
 
 
 @dataclass(frozen=True)
@@ -231,8 +232,18 @@ def _inner_loop(
     """One loop over the row's elements computing `members`; `piece` = (start, end, body):
     only positions [start, end) of a single member, whose body there is `body`."""
     start, end, body = piece or (0, k.kernel.inner, None)
-    lines.append(f"{ind}{pragma}")
-    lines.append(f"{ind}for (int64_t r = {start}; r < {end}; ++r) {{")
+    tail = None if piece else _tail(k, members)
+    if tail:  # the row as (the rest) x (its last dimension), the last one vectorized
+        if "parallel" in pragma:
+            lines.append(f"{ind}{pragma.replace(' simd', '')}")
+        lines.append(f"{ind}for (int64_t ro = 0; ro < {end // tail}; ++ro) {{")
+        ind += "  "
+        lines.append(f"{ind}#pragma omp simd")
+        lines.append(f"{ind}for (int64_t ri = 0; ri < {tail}; ++ri) {{")
+        lines.append(f"{ind}  const int64_t r = ro * {tail} + ri;")
+    else:
+        lines.append(f"{ind}{pragma}")
+        lines.append(f"{ind}for (int64_t r = {start}; r < {end}; ++r) {{")
     inner = ind + "  "
     for m in members:
         node = k.nodes[m.name]
@@ -252,7 +263,11 @@ def _inner_loop(
             lines.append(f"{inner}{{")
             vs = index_vars(len(node.size))
             _bind(lines, inner + "  ", vs[: m.split], node.size[: m.split], _X)
-            _bind(lines, inner + "  ", vs[m.split :], node.size[m.split :], _R)
+            if tail:
+                _bind(lines, inner + "  ", vs[m.split : -1], node.size[m.split : -1], _RO)
+                lines.append(f"{inner}  const int64_t {vs[-1]} = ri;")
+            else:
+                _bind(lines, inner + "  ", vs[m.split :], node.size[m.split :], _R)
             member_body, scope = _Body(k, lines, inner + "  "), key
             member_body.names.update(k.preset.get(node.name, {}))
         v = member_body.emit(body if body is not None else node.body)
@@ -261,8 +276,31 @@ def _inner_loop(
         k.values[node.name] = var
     lines.append(f"{inner}}}")
     lines.append(f"{ind}}}")
+    if tail:
+        lines.append(f"{ind[:-2]}}}")
     for m in members:  # element values are only valid inside this loop
         del k.values[m.name]
+
+
+TAIL_MIN = 8  # a last dimension this long (one vector of floats at AVX2) is its own loop
+
+
+def _tail(k: _KernelContext, members) -> int | None:
+    """The size of the last dimension when every member's row spans it and more, and it is
+    long enough to vectorize alone: a channels-last batch norm's row is width x channels, and
+    looping over channels innermost reads its per-channel parameters as plain vectors (as
+    `r % channels` they were per-lane gathers, with the per-channel math per element)."""
+    sizes = {tuple(k.nodes[m.name].size) for m in members}
+    splits = {m.split for m in members}
+    if len(sizes) != 1 or len(splits) != 1:
+        return None
+    (size,), (split,) = sizes, splits
+    if split >= len(size) - 1 or any(m.per_row for m in members):
+        return None
+    last = size[-1]
+    if not isinstance(last, int) or last < TAIL_MIN or k.kernel.inner % last:
+        return None
+    return last
 
 
 def _pieces(k: _KernelContext, group) -> list | None:
