@@ -123,6 +123,12 @@ Expr = Union[Load, Const, IndexValue, Op]
 
 def reindex(expr, sub: dict):
     """`expr` with its loop variables replaced by the expressions in `sub`."""
+    return map_indices(expr, lambda ix: ix.xreplace(sub))
+
+
+def map_indices(expr, fn):
+    """`expr` with `fn` applied to every index expression (of loads and index values); shared
+    sub-expressions are rebuilt once."""
     cache: dict[int, object] = {}
 
     def go(e):
@@ -130,9 +136,9 @@ def reindex(expr, sub: dict):
         if hit is not None:
             return hit
         if isinstance(e, Load):
-            r = Load(e.buf, tuple(ix.xreplace(sub) for ix in e.index), e.dtype)
+            r = Load(e.buf, tuple(fn(ix) for ix in e.index), e.dtype)
         elif isinstance(e, IndexValue):
-            r = IndexValue(e.expr.xreplace(sub), e.dtype)
+            r = IndexValue(fn(e.expr), e.dtype)
         elif isinstance(e, Op):
             r = Op(e.op, tuple(go(a) for a in e.args), e.dtype)
         else:

@@ -33,7 +33,18 @@ from ...lower.indexing import (
     reduce_vars,
     sympy_str,
 )
-from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, loads, reindex, walk
+from ...lower.ir import (
+    Const,
+    IndexValue,
+    Load,
+    Op,
+    Pointwise,
+    Reduction,
+    loads,
+    map_indices,
+    reindex,
+    walk,
+)
 from ...lower.ops import costly_count
 from ...schedule import Kernel, Schedule
 from .ops import (
@@ -364,23 +375,7 @@ def _within(expr, var, lo: int, hi: int):
             return ix
         return ix.replace(lambda e: isinstance(e, (sympy.Min, sympy.Max)), decide)
 
-    cache: dict = {}
-
-    def go(e):
-        if id(e) in cache:
-            return cache[id(e)]
-        if isinstance(e, Load):
-            r = Load(e.buf, tuple(index(i) for i in e.index), e.dtype)
-        elif isinstance(e, IndexValue):
-            r = IndexValue(index(e.expr), e.dtype)
-        elif isinstance(e, Op):
-            r = Op(e.op, tuple(go(a) for a in e.args), e.dtype)
-        else:
-            r = e
-        cache[id(e)] = r
-        return r
-
-    return go(expr)
+    return map_indices(expr, index)
 
 
 def render_kernel(kernel: Kernel, nodes: dict) -> CppKernel:
