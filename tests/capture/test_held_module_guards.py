@@ -3,6 +3,7 @@ module-structure guard, other attributes from the module's instance dictionary):
 that keeps the same Parameter or module objects is still seen on the next call, recompiles, and
 matches eager; `KILN_LOGS=recompiles` names what changed."""
 
+import pytest
 import torch
 import torch.nn as nn
 from harness import CollectLogs, CountingBackend
@@ -117,3 +118,41 @@ def test_changed_parameter_is_named_in_recompile_log():
     text = _recompile_reason(cm, change)
     assert "L['self'].lin.weight" in text and "now Parameter(" in text, text
     assert "stride=[4, 1]" in text and "stride=[1, 4]" in text, text
+
+
+def _check_fresh_inputs(cm, mod, calls=3):
+    with torch.no_grad():
+        for _ in range(calls):
+            x = torch.randn(2, 3, 4, 4)
+            torch.testing.assert_close(cm(x), mod(x))
+
+
+def _bias_to_none(mod):
+    mod.lin.bias = None  # Module.__setattr__ -> register_parameter("bias", None)
+
+
+def _register_none(mod):
+    mod.lin.register_parameter("bias", None)
+
+
+def _delete_then_plain_none(mod):
+    del mod.lin.bias  # the slot is gone; `bias` is then a plain attribute
+    mod.lin.bias = None
+
+
+def _buffers_to_none(mod):
+    mod.bn.running_mean = None  # batch norm then normalizes with the batch's statistics
+    mod.bn.running_var = None
+
+
+@pytest.mark.parametrize(
+    "empty", [_bias_to_none, _register_none, _delete_then_plain_none, _buffers_to_none]
+)
+def test_emptied_slot_recompiles_and_matches_eager(empty):
+    """A parameter or buffer slot emptied after compiling (set to None, or deleted) changes
+    the module's structure: the entry holding the old tensor must not run again."""
+    mod, cm, backend = _compiled()
+    _check_fresh_inputs(cm, mod)
+    empty(mod)
+    _check_fresh_inputs(cm, mod)
+    assert len(backend.graphs) == 2

@@ -59,7 +59,7 @@ def _untracked(tracer, obj, name, value) -> bool:
     return False
 
 
-STRUCTURE = ("_parameters", "_buffers", "_modules")
+STRUCTURE = module_tree.STRUCTURE
 
 
 def _attr_source(tracer, obj, src, name, value):
