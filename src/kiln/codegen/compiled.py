@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..schedule import Schedule
+from .bindings import fast_externs
 
 
 def _empty(size, stride, dtype):
@@ -52,7 +53,7 @@ def make_namespace(lib, module, wrapper, constants: dict) -> dict:
     }
     for k in module.kernels:
         ns[k.name] = getattr(lib, k.name)
-    ns.update(wrapper.externs)
+    ns.update(fast_externs(wrapper.externs))
     ns.update(constants)
     return ns
 

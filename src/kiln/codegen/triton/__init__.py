@@ -31,6 +31,7 @@ from ...runtime.triton_builder import TritonNotFound, load, prestart, require_tr
 from ...runtime.triton_interpret import is_interpreting
 from ...runtime.triton_launch import FastKernel
 from ...schedule import schedule
+from ..bindings import fast_externs
 from ..compiled import CompiledGraph
 from ..devices import eager_callable
 from ..pad_mm import pad_matmuls
@@ -135,7 +136,7 @@ def make_namespace(loaded, module: TritonModule, wrapper, constants: dict, devic
     for k in module.kernels:
         jit = getattr(loaded, k.name)
         ns[k.name] = FastKernel(jit) if fast else jit
-    ns.update(wrapper.externs)
+    ns.update(fast_externs(wrapper.externs))
     ns.update(constants)
     return ns
 
