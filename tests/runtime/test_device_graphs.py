@@ -105,6 +105,41 @@ def test_mark_step_begin_is_public():
     assert dg.current_step() == before + 1
 
 
+def _bn_net(device="cpu"):
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()
+    ).to(device).eval()
+
+
+def test_parameters_and_buffers_are_static_positions_of_the_group():
+    """Capture names the model's parameters and buffers; the device-graph group gets their
+    positions among the tensor inputs the AOT graphs take (a Python number input between
+    them does not shift the count)."""
+    from kiln.backends.builtin import _device_graph_group
+
+    net = _bn_net()
+    groups, metas = [], []
+
+    def backend(gm, example_inputs):
+        metas.append((gm.meta["kiln_static_inputs"], list(example_inputs)))
+        groups.append(_device_graph_group(gm))
+        return gm.forward
+
+    def f(x, scale):
+        return net(x) * scale
+
+    compiled = kiln.compile(f, backend=backend, dynamic=True)
+    x = torch.randn(2, 3, 8, 8)
+    torch.testing.assert_close(compiled(x, 2.0), f(x, 2.0))
+    (held, inputs), (group,) = metas[0], groups[:1]
+    state = {id(t) for t in [*net.parameters(), *net.buffers()]}
+    assert {i for i, t in enumerate(inputs) if id(t) in state} == set(held)
+    assert len(held) == 6  # conv weight and bias; bn weight, bias, running mean and variance
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    assert {id(tensors[k]) for k in group.static_inputs} == {id(inputs[i]) for i in held}
+    assert id(x) not in {id(tensors[k]) for k in group.static_inputs}
+
+
 # -- GPU ---------------------------------------------------------------------------------------
 
 
@@ -248,3 +283,29 @@ def test_five_shapes_cost_at_most_one_and_a_half_of_the_largest():
     largest = _peak([2048], model)
     five = _peak([256, 512, 1024, 1536, 2048], model)
     assert five <= 1.5 * largest, (five, largest)
+
+
+@gpu
+def test_reduce_overhead_reads_buffers_in_place():
+    """Batch-norm running statistics are buffers: replays read them where they are (no copy
+    each replay), and a changed statistic is seen by the next replay."""
+    net = _bn_net("cuda")
+    compiled = kiln.compile(net, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(4, 3, 16, 16, device="cuda")
+            torch.testing.assert_close(compiled(x), net(x))
+        graphed = [g for g in _graphed_callables() if g.recorded]
+        assert graphed, "no device graph was recorded"
+        for g in graphed:
+            for rec in g.recorded.values():
+                assert len(rec.copied) == 1, f"copied before each replay: {rec.copied}"
+        net[1].running_mean.add_(0.5)  # in place, as a training step would
+        x = torch.randn(4, 3, 16, 16, device="cuda")
+        torch.testing.assert_close(compiled(x), net(x))
+
+
+def _graphed_callables():
+    import gc
+
+    return [o for o in gc.get_objects() if isinstance(o, dg.GraphedCallable)]

@@ -90,8 +90,17 @@ register_lazy("aot_eager_save_all", "kiln.autograd.backend:aot_eager_save_all", 
 def _device_graph_group(gm: torch.fx.GraphModule):
     from ..runtime.device_graphs import GraphGroup
 
-    label = gm.meta.get("kiln_label", "a compiled graph") if hasattr(gm, "meta") else "a graph"
-    return GraphGroup(label=str(label))
+    meta = getattr(gm, "meta", {})
+    label = meta.get("kiln_label", "a compiled graph")
+    # capture's positions among all inputs -> positions among the tensors AOT graphs take
+    held = set(meta.get("kiln_static_inputs", ()))
+    tensors = [i for i, n in enumerate(gm.graph.find_nodes(op="placeholder")) if _is_tensor(n)]
+    static = [k for k, i in enumerate(tensors) if i in held]
+    return GraphGroup(label=str(label), static_inputs=static)
+
+
+def _is_tensor(placeholder: torch.fx.Node) -> bool:
+    return isinstance(placeholder.meta.get("example_value"), torch.Tensor)
 
 
 @register_backend(name="cudagraphs")

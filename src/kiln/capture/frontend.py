@@ -275,6 +275,7 @@ class CompiledFunction:
             self.graph_modules.append(gm)
             logs.log("graph", lambda: f"graph of {self.label}:\n{gm.print_readable(False)}")
             example_inputs = [t for _, t, _ in tracer.placeholders]
+            gm.meta["kiln_static_inputs"] = _held_positions(tracer, example_inputs)
             backend = lookup_backend(self.opts.backend)
             self.compiles += 1
             compiled = backend(gm, example_inputs)
@@ -318,6 +319,19 @@ class CompiledFunction:
         self.entry_sources.clear()
         self.entry_guards.clear()
         self.eager_reason = None
+
+
+def _held_positions(tracer: Tracer, inputs: list) -> tuple[int, ...]:
+    """Positions of the graph inputs that are parameters or buffers of the modules the trace
+    read: state that lives at one address from call to call, which device graphs read in
+    place."""
+    modules = [obj for obj, _ in tracer.sources.values() if isinstance(obj, torch.nn.Module)]
+    buffers = {id(b) for m in modules for b in m._buffers.values() if b is not None}
+    return tuple(
+        i
+        for i, t in enumerate(inputs)
+        if isinstance(t, torch.nn.Parameter) or (isinstance(t, torch.Tensor) and id(t) in buffers)
+    )
 
 
 def _input_exprs(placeholders, namer: Namer) -> list[str]:

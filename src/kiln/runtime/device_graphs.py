@@ -108,11 +108,22 @@ IMPLEMENTATIONS: dict[str, DeviceGraphs] = {"cuda": CudaGraphs()}
 
 
 class GraphGroup:
-    """The graphs of one compiled function: one memory pool, shared options."""
+    """The graphs of one compiled function: one memory pool, shared options.
 
-    def __init__(self, label: str = "a compiled graph", max_shapes: int = DEFAULT_MAX_SHAPES):
+    `static_inputs`: positions of the forward's inputs that are the model's own parameters or
+    buffers (capture knows which), read in place like `nn.Parameter`s are. Without it a
+    channels-last ResNet-50's 106 batch-norm running statistics were copied into static
+    buffers before every replay: 107 device-to-device copies, 110 us of a 1.75 ms step."""
+
+    def __init__(
+        self,
+        label: str = "a compiled graph",
+        max_shapes: int = DEFAULT_MAX_SHAPES,
+        static_inputs: Sequence[int] = (),
+    ):
         self.label = label
         self.max_shapes = max_shapes
+        self.static_inputs = tuple(static_inputs)
         self.pools: dict[str, Any] = {}
 
     def pool(self, impl_name: str, impl: DeviceGraphs) -> Any:
@@ -376,7 +387,8 @@ def wrap_compilers(
     last_forward: list[GraphedCallable] = []
 
     def fw(gm, example_inputs):
-        g = GraphedCallable(fw_compiler(gm, example_inputs), group, name="forward")
+        compiled = fw_compiler(gm, example_inputs)
+        g = GraphedCallable(compiled, group, name="forward", static_inputs=group.static_inputs)
         g.pending_tracking = True
         last_forward[:] = [g]
         return g
@@ -393,6 +405,9 @@ def wrap_compilers(
         return g
 
     def inference(gm, example_inputs):
-        return GraphedCallable(fw_compiler(gm, example_inputs), group, name="inference")
+        compiled = fw_compiler(gm, example_inputs)
+        return GraphedCallable(
+            compiled, group, name="inference", static_inputs=group.static_inputs
+        )
 
     return {"fw_compiler": fw, "bw_compiler": bw, "inference_compiler": inference}
