@@ -4,16 +4,22 @@
 kiln's ahead-of-time autograd and runs eager ATen kernels. `inductor` (the default) is kiln's
 code generator: AOT autograd gives functional ATen forward and backward graphs (or one
 inference graph), and `kiln.codegen.compile_graph` turns each into C++/OpenMP kernels and a
-Python wrapper. A graph the code generator cannot compile runs on eager ATen kernels, and a
-captured graph AOT autograd refuses runs on the `eager` backend; both say why under
-`KILN_LOGS=perf_hints`. Falling back is always correct; it is never a wrong answer.
-`cudagraphs` is `aot_eager` with each compiled graph replayed as a device graph
+Python wrapper. `cudagraphs` is `aot_eager` with each compiled graph replayed as a device graph
 (runtime/device_graphs.py); `inductor` does the same under `options={"triton.cudagraphs": True}`
 or `mode="reduce-overhead"`.
+
+Fallbacks. An ATen graph the code generator cannot compile (it raises, or gives the graph back)
+runs on eager ATen kernels, and a captured graph AOT autograd refuses runs on the `eager`
+backend. Falling back is always correct, never a wrong answer, but it is not kiln's code
+running: each one is logged under `KILN_LOGS=perf_hints` and kept in a process-wide record
+(`fallbacks()`: which graph, which stage, why), so that `kiln bench` can count a row's
+fallbacks instead of reporting eager kernels under kiln's name.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -22,35 +28,102 @@ from .. import logs
 from .registry import register_backend, register_lazy
 
 
+@dataclass(frozen=True)
+class Fallback:
+    """One graph that did not run on the backend's own compiled code."""
+
+    graph: str  # the captured graph's label (the function or module it came from)
+    stage: str  # "code generation" or "AOT autograd": the stage that gave up
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.graph}: {self.stage}: {self.reason}"
+
+
+_record: list[Fallback] = []
+
+
+def fallbacks() -> list[Fallback]:
+    """Every fallback of this process so far, oldest first (read a run's as a slice of it)."""
+    return list(_record)
+
+
+def _fell_back(gm: torch.fx.GraphModule, stage: str, reason: str, message: str | None) -> None:
+    """Record a fallback of captured graph `gm`, and log `message` (None: already logged)."""
+    label = getattr(gm, "meta", {}).get("kiln_label", "a graph")
+    _record.append(Fallback(str(label), stage, reason))
+    if message is not None:
+        logs.log("perf_hints", message)
+
+
 @register_backend(name="eager")
 def eager(gm: torch.fx.GraphModule, example_inputs: list):
     return gm.forward
 
 
-def _graph_compiler(options) -> Callable:
-    """`compile_graph` for one ATen graph, or eager ATen kernels (logged) if it fails."""
+def _graph_compiler(options, captured: torch.fx.GraphModule) -> Callable:
+    """`compile_graph` for one ATen graph of `captured`, or eager ATen kernels if it fails."""
     from ..codegen import compile_graph
+    from ..codegen.devices import eager_callable
+
+    given_back = eager_callable(captured).__code__  # what a code generator returns to decline
 
     def compile_one(aten_gm: torch.fx.GraphModule, inputs: list):
+        said = _Said()  # the code generator logs why when it gives a graph back
+        hints = logging.getLogger("kiln.perf_hints")
+        hints.addHandler(said)
         try:
-            return compile_graph(aten_gm, inputs, options=options)
+            compiled = compile_graph(aten_gm, inputs, options=options)
         except Exception as e:  # a codegen bug must cost speed, not correctness
-            logs.log(
-                "perf_hints",
-                f"inductor: code generation failed ({type(e).__name__}: {e}); this graph runs "
-                "on eager ATen kernels",
+            reason = f"{type(e).__name__}: {e}"
+            _fell_back(
+                captured,
+                "code generation",
+                reason,
+                f"inductor: code generation failed ({reason}); this graph runs on eager ATen "
+                "kernels",
             )
-            return _eager_aten(aten_gm)
+            return eager_callable(aten_gm)
+        finally:
+            hints.removeHandler(said)
+        if getattr(compiled, "__code__", None) is given_back:  # declined, and logged why
+            _fell_back(captured, "code generation", said.why, None)
+        return compiled
 
     return compile_one
 
 
-def _eager_aten(gm: torch.fx.GraphModule) -> Callable:
-    def run(*args):
-        out = gm(*args)
-        return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+class _Said(logging.Handler):
+    """Keeps the code generator's "graph runs eagerly: why" line (logged when perf_hints is on)."""
 
-    return run
+    def __init__(self) -> None:
+        super().__init__()
+        self.why = "declined (KILN_LOGS=perf_hints says why)"
+
+    def emit(self, record: logging.LogRecord) -> None:
+        head, _, why = record.getMessage().partition("graph runs eagerly: ")
+        if not head and why:
+            self.why = f"declined: {why}"
+
+
+def _aot_or_eager(backend: str, gm: torch.fx.GraphModule, example_inputs: list, **compilers):
+    """`aot_compile(gm, example_inputs, **compilers)`, or, when AOT autograd refuses the graph
+    (AotUnsupported, or anything unforeseen), the captured graph on the `eager` backend."""
+    from ..autograd import aot_compile
+
+    try:
+        return aot_compile(gm, example_inputs, **compilers)
+    except Exception as e:
+        reason = f"{type(e).__name__}: {e}"
+        without = " without device graphs" if backend == "cudagraphs" else ""
+        _fell_back(
+            gm,
+            "AOT autograd",
+            reason,
+            f"{backend}: AOT autograd could not take this graph ({reason}); it runs on the "
+            f"'eager' backend{without}",
+        )
+        return eager(gm, example_inputs)
 
 
 @register_backend(name="inductor")
@@ -60,24 +133,14 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list):
     The frozen `Options` of the `kiln.compile` call reach the code generator when capture
     records them in `gm.meta["kiln_options"]`; otherwise the defaults apply.
     """
-    from ..autograd import aot_compile
-
     options = gm.meta.get("kiln_options") if hasattr(gm, "meta") else None
-    compiler = _graph_compiler(options)
-    try:
-        if options is not None and options.get("triton.cudagraphs"):
-            from ..runtime.device_graphs import wrap_compilers
+    compiler = _graph_compiler(options, gm)
+    compilers = {"fw_compiler": compiler, "bw_compiler": compiler}
+    if options is not None and options.get("triton.cudagraphs"):
+        from ..runtime.device_graphs import wrap_compilers
 
-            compilers = wrap_compilers(compiler, compiler, _device_graph_group(gm))
-            return aot_compile(gm, example_inputs, **compilers)
-        return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler)
-    except Exception as e:  # AotUnsupported and anything unforeseen: run the captured graph
-        logs.log(
-            "perf_hints",
-            f"inductor: AOT autograd could not take this graph ({type(e).__name__}: {e}); "
-            "it runs on the 'eager' backend",
-        )
-        return eager(gm, example_inputs)
+        compilers = wrap_compilers(compiler, compiler, _device_graph_group(gm))
+    return _aot_or_eager("inductor", gm, example_inputs, **compilers)
 
 
 register_lazy("aot_eager", "kiln.autograd.backend:aot_eager")
@@ -106,17 +169,8 @@ def _is_tensor(placeholder: torch.fx.Node) -> bool:
 @register_backend(name="cudagraphs")
 def cudagraphs(gm: torch.fx.GraphModule, example_inputs: list):
     """AOT autograd on eager ATen kernels, forward and backward replayed as device graphs."""
-    from ..autograd import aot_compile
     from ..autograd.backend import eager_graph
     from ..runtime.device_graphs import wrap_compilers
 
     compilers = wrap_compilers(eager_graph, eager_graph, _device_graph_group(gm))
-    try:
-        return aot_compile(gm, example_inputs, decompositions={}, **compilers)
-    except Exception as e:  # AotUnsupported and anything unforeseen: run the captured graph
-        logs.log(
-            "perf_hints",
-            f"cudagraphs: AOT autograd could not take this graph ({type(e).__name__}: {e}); "
-            "it runs on the 'eager' backend without device graphs",
-        )
-        return eager(gm, example_inputs)
+    return _aot_or_eager("cudagraphs", gm, example_inputs, decompositions={}, **compilers)
