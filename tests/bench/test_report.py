@@ -26,6 +26,7 @@ def _row(model, compiler, mode="default", speedup=1.0, compile_s=None, correct=T
         "peak_mem_bytes": 3 * 2**20,
         "graphs": 1,
         "graph_breaks": 0,
+        "fallbacks": 0 if compiler == "kiln" else None,
         "error": None,
     }
     row.update(kw)
@@ -54,9 +55,41 @@ META = {"title": "test", "date": "2026-11-21", "command": "kiln bench --models m
 
 def test_geomean_counts_only_correct_compiled_rows():
     g = report.geomean_speedups(ROWS)
-    assert g["torch default"] == (pytest.approx(1.0), 2)
-    assert g["kiln default"] == (pytest.approx(4.0), 1)
+    assert g["torch default"] == (pytest.approx(1.0), 2, 0)
+    assert g["kiln default"] == (pytest.approx(4.0), 1, 0)
     assert "eager default" not in g
+
+
+FELL_BACK_ROW = _row(
+    "resnet",
+    "kiln",
+    speedup=0.9,
+    compile_s=1.0,
+    fallbacks=2,
+    fallback_reasons=["forward: code generation: NotImplementedError: no lowering for x"],
+)
+
+
+def test_a_correct_row_with_fallbacks_is_marked_everywhere(tmp_path):
+    rows = [*ROWS, FELL_BACK_ROW]
+    assert report.format_row(FELL_BACK_ROW).split()[4] == report.FELL_BACK
+    assert report.format_row(ROWS[2]).split()[4] == "yes"  # kiln row without fallbacks
+    g = report.geomean_speedups(rows)
+    assert g["kiln default"] == (pytest.approx(math.sqrt(4.0 * 0.9)), 2, 1)
+    path = tmp_path / "out.md"
+    report.write_markdown(str(path), rows, SKIPPED, META)
+    text = path.read_text()
+    assert f"| resnet | float32 | kiln | default | {report.FELL_BACK} |" in text
+    assert "kiln default: 1.90x (2 correct rows, 1 of them with fallbacks)" in text
+    assert (
+        "resnet kiln default: 2 graph(s) fell back to eager kernels, first: forward: code "
+        "generation: NotImplementedError: no lowering for x"
+    ) in text
+    report.write_json(str(tmp_path / "out.json"), rows, SKIPPED, META)
+    saved = json.loads((tmp_path / "out.json").read_text())["rows"][-1]
+    assert (
+        saved["fallbacks"] == 2 and saved["fallback_reasons"] == FELL_BACK_ROW["fallback_reasons"]
+    )
 
 
 def test_compile_time_ratio_pairs_models():

@@ -11,6 +11,9 @@ How each figure is taken:
   random inputs from another seed. A tensor passes when max|a - b| <= tol * max|b| (plus a tiny
   floor), with tol 1e-3 in float32 and 5e-2 in bfloat16/float16; `max_err` records the worst
   ratio, so a reader sees the margin.
+- fallbacks (kiln): how many graphs ran on eager ATen kernels because kiln's code generator or
+  its AOT autograd gave up on them (`kiln.backends.builtin.fallbacks`), the first reasons in
+  `fallback_reasons`. Such a row can be correct while kiln's code did not run; the report marks it.
 - compile_s: wall time from the compile call to the end of the first call (training: the first
   forward + backward), device synchronised: what a user waits for on a cold start.
 - median_ms: median of interleaved runs: eager and compiled alternate (order swapped every
@@ -19,9 +22,10 @@ How each figure is taken:
   both from the same process.
 - peak_mem_bytes: on CUDA, `torch.cuda.max_memory_allocated()` over one steady-state call
   (parameters, inputs and memory the compiled function holds included). On CPU, the bytes of the
-  parameters, buffers and inputs plus the peak of tensor memory allocated during one
-  steady-state call, from the profiler's allocator events (`profile_memory=True`); memory a
-  compiled function holds between calls is not seen there.
+  parameters, buffers and inputs, plus the arena blocks kiln's compiled graphs hold between
+  calls (`kiln.schedule.arena.held_bytes`: allocated by an earlier call, so the profiler does
+  not see them), plus the peak of tensor memory allocated during one steady-state call, from the
+  profiler's allocator events (`profile_memory=True`).
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ class Compiled:
     fn: Callable
     counts: Callable[[], tuple[int | None, int | None]] = lambda: (None, None)
     break_reasons: Callable[[], list[str]] = lambda: []
-    fallbacks: Callable[[], list[str]] = lambda: []  # graphs that ran on eager kernels, and why
+    # Graphs that ran on eager kernels instead of the compiler's code, each with why (None: the
+    # compiler does not say; torch.compile's own fallbacks are not counted).
+    fallbacks: Callable[[], list[str]] | None = lambda: []
 
 
 def compile_eager(model: torch.nn.Module, mode: str) -> Compiled:
@@ -70,30 +76,32 @@ def compile_torch(model: torch.nn.Module, mode: str) -> Compiled:
     def counts() -> tuple[int, int]:
         return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
 
-    return Compiled(fn, counts, lambda: [str(reason) for reason in counters["graph_break"]])
+    return Compiled(
+        fn, counts, lambda: [str(reason) for reason in counters["graph_break"]], fallbacks=None
+    )
 
 
 class _CountRecords(logging.Handler):
-    """Keeps the messages logged to one artifact log (those starting with `prefix`)."""
+    """Keeps the messages logged to one artifact log."""
 
-    def __init__(self, prefix: str | tuple[str, ...] = "") -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.prefix = prefix
         self.reasons: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if message.startswith(self.prefix):
-            self.reasons.append(message)
+        self.reasons.append(record.getMessage())
 
 
 def compile_kiln(model: torch.nn.Module, mode: str) -> Compiled:
     """kiln.compile with a counting backend around kiln's own. Graph breaks are the records on
-    the `kiln.graph_breaks` log, fallbacks (a graph left to eager kernels) those of
-    `kiln.perf_hints` from the inductor backend; both logs are switched on here and their text
-    also goes to the worker's stderr."""
+    the `kiln.graph_breaks` log; fallbacks (a graph left to eager kernels because the code
+    generator or AOT autograd gave up) are the entries the backends add to their record
+    (`kiln.backends.builtin.fallbacks`) from here on. Both logs, `graph_breaks` and
+    `perf_hints` (where the code generator says why it declines a graph), are switched on, and
+    their text also goes to the worker's stderr."""
     import kiln
     from kiln import logs
+    from kiln.backends import builtin
     from kiln.backends.registry import lookup_backend
 
     real = lookup_backend("inductor")
@@ -103,17 +111,17 @@ def compile_kiln(model: torch.nn.Module, mode: str) -> Compiled:
         graphs[0] += 1
         return real(gm, example_inputs)
 
-    breaks, fallbacks = _CountRecords(), _CountRecords(prefix=("inductor:", "graph runs eagerly"))
+    breaks = _CountRecords()
     logging.getLogger("kiln.graph_breaks").addHandler(breaks)
-    logging.getLogger("kiln.perf_hints").addHandler(fallbacks)
     kiln.set_logs(*(logs.enabled_artifacts() | {"graph_breaks", "perf_hints"}))
     kiln.reset()
+    before = len(builtin.fallbacks())
     fn = kiln.compile(model, backend=counting_backend, mode=None if mode == "default" else mode)
     return Compiled(
         fn,
         lambda: (graphs[0], len(breaks.reasons)),
         lambda: breaks.reasons,
-        lambda: fallbacks.reasons,
+        lambda: [str(f) for f in builtin.fallbacks()[before:]],
     )
 
 
@@ -270,6 +278,9 @@ def peak_memory(step: Step, inputs: tuple, device: str, other=None) -> int:
         return int(torch.cuda.max_memory_allocated()) - extra
     from torch.profiler import ProfilerActivity, profile
 
+    from kiln.schedule.arena import held_bytes
+
+    held = held_bytes()  # kept from earlier calls: the profiler sees only what a call allocates
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step(inputs)
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
@@ -277,7 +288,7 @@ def peak_memory(step: Step, inputs: tuple, device: str, other=None) -> int:
     for e in sorted(events, key=lambda e: e.start_ns()):
         live += e.nbytes()
         peak = max(peak, live)
-    return _resident_bytes(step.module, inputs) + peak
+    return _resident_bytes(step.module, inputs) + held + peak
 
 
 def _resident_bytes(module: torch.nn.Module, inputs: tuple) -> int:
@@ -325,7 +336,10 @@ def _run_task(task: Task, bench_model, compile_fn, lock: PhaseLock) -> list[dict
         _check(row, [first, step_c.snapshot(step_c(fresh))], ref, TOLERANCES.get(dtype, 1e-3))
         row["graphs"], row["graph_breaks"] = compiled.counts()
         row["break_reasons"] = [" ".join(r.split())[:300] for r in compiled.break_reasons()[:3]]
-        row["fallbacks"] = [" ".join(r.split())[:300] for r in compiled.fallbacks()[:3]]
+        if compiled.fallbacks is not None:
+            fell_back = compiled.fallbacks()
+            row["fallbacks"] = len(fell_back)
+            row["fallback_reasons"] = [" ".join(r.split())[:300] for r in fell_back[:3]]
         phase = "timing"
         with lock.exclusive():
             eager_ms, compiled_ms = _time_rows(task, step_e, step_c, fresh)
@@ -413,7 +427,7 @@ def _eager_row(task: Task, step_e: Step, inputs: tuple, other: torch.nn.Module) 
     """Eager's own row, measured in a compiled row's process: eager is the reference (so it is
     correct by definition), its time is the eager half of the interleaved timing."""
     row = base_row(dataclasses.replace(task, compiler="eager", mode="default"))
-    row.update(correct=True, max_err=0.0, graphs=0, graph_breaks=0)
+    row.update(correct=True, max_err=0.0, graphs=0, graph_breaks=0, fallbacks=0)
     row["peak_mem_bytes"] = peak_memory(step_e, inputs, task.device, other)
     return row
 
@@ -439,5 +453,6 @@ def base_row(task: Task) -> dict:
         "max_err": None,
         "error": None,
         "break_reasons": [],
-        "fallbacks": [],
+        "fallbacks": None,  # how many graphs ran on eager kernels (None: not known)
+        "fallback_reasons": [],
     }

@@ -29,6 +29,7 @@ FIELDS = (
     "peak_mem_bytes",
     "graphs",
     "graph_breaks",
+    "fallbacks",
 )
 
 # (header, width, how to show a row's value)
@@ -45,7 +46,11 @@ _COLUMNS = (
     ("peak MiB", 8, lambda r: _num(r["peak_mem_bytes"], "{:.1f}", 1 / 2**20)),
     ("graphs", 6, lambda r: _num(r["graphs"], "{}")),
     ("breaks", 6, lambda r: _num(r["graph_breaks"], "{}")),
+    ("fallbacks", 9, lambda r: _num(r.get("fallbacks"), "{}")),
 )
+# The mark of a correct row with fallbacks: it matched eager, but some of its graphs ran on
+# eager kernels, so part of what was measured is not the compiler's code.
+FELL_BACK = "yes*"
 
 
 def _num(value, fmt: str, scale: float = 1.0) -> str:
@@ -55,7 +60,9 @@ def _num(value, fmt: str, scale: float = 1.0) -> str:
 def _correct(row: dict) -> str:
     if row["correct"] is None:
         return "timeout" if "timed out" in (row.get("error") or "") else "-"
-    return "yes" if row["correct"] else "NO"
+    if not row["correct"]:
+        return "NO"
+    return FELL_BACK if row.get("fallbacks") else "yes"
 
 
 def format_header() -> str:
@@ -113,13 +120,18 @@ def _clock(seconds: float) -> str:
     return f"{int(seconds // 60):02d}:{int(seconds % 60):02d}"
 
 
-def geomean_speedups(rows: list[dict]) -> dict[str, tuple[float, int]]:
-    """Per `compiler mode`: geometric mean speedup over correct rows, and how many rows."""
-    groups: dict[str, list[float]] = {}
+def geomean_speedups(rows: list[dict]) -> dict[str, tuple[float, int, int]]:
+    """Per `compiler mode`: geometric mean speedup over correct rows, how many rows, and how many
+    of them had fallbacks (their speedup is partly eager kernels')."""
+    groups: dict[str, list[tuple[float, bool]]] = {}
     for r in rows:
         if r["compiler"] != "eager" and r["correct"] and r["speedup_vs_eager"]:
-            groups.setdefault(f"{r['compiler']} {r['mode']}", []).append(r["speedup_vs_eager"])
-    return {k: (math.exp(sum(map(math.log, v)) / len(v)), len(v)) for k, v in groups.items()}
+            key = f"{r['compiler']} {r['mode']}"
+            groups.setdefault(key, []).append((r["speedup_vs_eager"], bool(r.get("fallbacks"))))
+    return {
+        k: (math.exp(sum(math.log(s) for s, _ in v) / len(v)), len(v), sum(f for _, f in v))
+        for k, v in groups.items()
+    }
 
 
 def compile_time_ratios(rows: list[dict]) -> dict[str, tuple[float, int]]:
@@ -135,8 +147,11 @@ def compile_time_ratios(rows: list[dict]) -> dict[str, tuple[float, int]]:
 
 def summary_lines(rows: list[dict], skipped: list[dict]) -> list[str]:
     lines = []
-    for key, (g, n) in sorted(geomean_speedups(rows).items()):
-        lines.append(f"geomean speedup over eager, {key}: {g:.2f}x ({n} correct rows)")
+    for key, (g, n, fell_back) in sorted(geomean_speedups(rows).items()):
+        with_fallbacks = f", {fell_back} of them with fallbacks" if fell_back else ""
+        lines.append(
+            f"geomean speedup over eager, {key}: {g:.2f}x ({n} correct rows{with_fallbacks})"
+        )
     for mode, (g, n) in sorted(compile_time_ratios(rows).items()):
         lines.append(f"kiln compile time / torch.compile's, {mode}: {g:.2f} (geomean, {n} models)")
     for r in rows:
@@ -145,8 +160,12 @@ def summary_lines(rows: list[dict], skipped: list[dict]) -> list[str]:
             lines.append(f"{where}: {_one_line(r['error'])}")
         for reason in r.get("break_reasons") or ():
             lines.append(f"{where}: graph break: {_one_line(reason, 200)}")
-        for reason in r.get("fallbacks") or ():
-            lines.append(f"{where}: fell back to eager kernels: {_one_line(reason, 200)}")
+        if r.get("fallbacks"):
+            first = (r.get("fallback_reasons") or ["(no reason recorded)"])[0]
+            lines.append(
+                f"{where}: {r['fallbacks']} graph(s) fell back to eager kernels, first: "
+                f"{_one_line(first, 200)}"
+            )
     for s in skipped:
         lines.append(f"skipped {s['model']}: {s['reason']}")
     return lines
@@ -181,7 +200,9 @@ def write_markdown(path: str, rows: list[dict], skipped: list[dict], meta: dict)
         "ms: the compiler's median; eager ms: eager's median in the same process, timed "
         "interleaved with it; speedup: their ratio. "
         "compile s: first call (compile + run), cold caches, fresh process; peak MiB: see "
-        "`kiln.bench.measure` for what is counted on each device.",
+        "`kiln.bench.measure` for what is counted on each device. "
+        f"fallbacks: graphs that ran on eager kernels because the compiler gave up on them; "
+        f"correct `{FELL_BACK}`: matched eager, with fallbacks (partly not the compiler's code).",
         "",
     ]
     with open(path, "w") as f:
@@ -193,7 +214,8 @@ def _md_value(v) -> str:
 
 
 def write_plot(path: str, rows: list[dict], title: str = "kiln bench") -> None:
-    """A grouped bar chart of speedups over eager; wrong results are hatched and marked."""
+    """A grouped bar chart of speedups over eager; wrong results are hatched and marked, rows
+    with fallbacks get a `*` after their speedup."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -205,17 +227,18 @@ def write_plot(path: str, rows: list[dict], title: str = "kiln bench") -> None:
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(models) + 2), 4.5))
     width = 0.8 / max(len(series), 1)
     for i, name in enumerate(series):
-        xs, ys, bad = [], [], []
+        xs, ys, bad, starred = [], [], [], []
         for r in measured:
             if f"{r['compiler']} {r['mode']}" == name:
                 xs.append(models.index(r["model"] + (":train" if r["train"] else "")))
                 ys.append(r["speedup_vs_eager"])
                 bad.append(not r["correct"])
+                starred.append("*" if r.get("fallbacks") else "")
         pos = [x - 0.4 + width * (i + 0.5) for x in xs]
         bars = ax.bar(pos, ys, width, label=name)
-        for bar, wrong in zip(bars, bad):
+        for bar, wrong, star in zip(bars, bad, starred):
             top = (bar.get_x() + bar.get_width() / 2, bar.get_height())
-            label = "wrong" if wrong else f"{bar.get_height():.2f}"
+            label = "wrong" if wrong else f"{bar.get_height():.2f}{star}"
             ax.annotate(
                 label, top, ha="center", va="bottom", fontsize=6, color="red" if wrong else "black"
             )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..schedule import Schedule
+from ..schedule.arena import new_block as _new_arena
 from .bindings import fast_externs
 
 
@@ -36,10 +37,6 @@ def _fix_input(t: torch.Tensor, name: str, size, stride) -> torch.Tensor:
     out = torch.empty_strided(size, stride, dtype=t.dtype, device="cpu")
     out.copy_(t)
     return out
-
-
-def _new_arena(nbytes: int) -> torch.Tensor:
-    return torch.empty(nbytes, dtype=torch.uint8, device="cpu")
 
 
 def make_namespace(lib, module, wrapper, constants: dict) -> dict:

@@ -17,23 +17,51 @@ a call single-threaded without them), and whether it happened changed with the a
 history of the process. Kept, the block is written in place every call. The costs: the block
 stays allocated between calls, like a parameter (so a profiler's count of one call's
 allocations does not show it), and it may raise the call's peak a little (`PEAK_SLACK`).
+
+The blocks themselves come from `new_block` (the wrapper's `_new_arena`), which keeps a weak
+reference to each: `held_bytes()` is what the process's arenas hold now, the figure a memory
+measure adds to what one call allocates (`kiln bench`'s CPU peak).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import weakref
 from dataclasses import dataclass, field
+
+import torch
 
 from ..lower.ir import Extern, ExternItem, LoopGraph, View, node_dtype, node_size
 from .fusion import ExternCall
 from .memory import Alloc, Free, viewed_by_externs
 
 ALIGN = 64  # bytes: every slot starts on a cache line (and suits every dtype's view)
-# How far the arena may raise the call's peak (as a fraction of the graph's own buffers at
-# their peak): 0 left BERT's arena empty (a slot held for the whole call is, at some step,
-# memory the plan had freed); an eighth holds its large intermediates and removes the faults.
+# How far the arena may raise the call's peak (a fraction of the graph's own buffers at their
+# peak) when an arena within the peak holds nothing, and then only with slots of LARGE_SLOT
+# bytes or more (`_choose` says why): BERT's arena is empty without it (a slot held for the
+# whole call is, at some step, memory the plan had freed); an eighth holds its 2 MiB
+# intermediates and removes the faults.
 PEAK_SLACK = 0.125
+LARGE_SLOT = 1 << 20
 REMOVE_TRIES = 8  # slots tried for removal per round (bounds planning time on large graphs)
+
+
+_blocks: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> live block
+_block_ids = itertools.count()
+
+
+def new_block(nbytes: int) -> torch.Tensor:
+    """A graph's arena block, counted by `held_bytes` while it is alive."""
+    block = torch.empty(nbytes, dtype=torch.uint8, device="cpu")
+    _blocks[next(_block_ids)] = block
+    return block
+
+
+def held_bytes() -> int:
+    """Bytes of every arena block alive in this process: those compiled graphs keep between
+    calls, and any a running call holds."""
+    return sum(block.nbytes for block in list(_blocks.values()))
 
 
 @dataclass(frozen=True)
@@ -83,7 +111,7 @@ def plan_arena(graph: LoopGraph, steps) -> Arena:
         for root, names in members.items()
     ]
     fixed = [s for s in slots if s[2] not in chain or any(n in escapes for n in members[s[2]])]
-    return _fit(fixed, [s for s in slots if s not in fixed], len(steps))
+    return _choose(fixed, [s for s in slots if s not in fixed], len(steps))
 
 
 def _items(graph: LoopGraph, name: str) -> list:
@@ -94,8 +122,26 @@ def _holds_memory(node) -> bool:
     return not (isinstance(node, Extern) and (node.multi or node.layouts[0] is None))
 
 
-def _fit(fixed: list, candidates: list, n: int) -> Arena:
-    """The arena of the candidate slots that raises the call's peak by at most `PEAK_SLACK`.
+def _choose(fixed: list, candidates: list, n: int) -> Arena:
+    """The arena that does not raise the call's peak, if it holds anything; else the one of the
+    large slots that raises it by at most `PEAK_SLACK` (the small ones stay outside).
+
+    Why not the slack everywhere: the peak a plan sees is not the whole call's (parameters,
+    and what ATen allocates inside an extern call, are not in it), and measured against
+    eager's peak (`kiln bench`, CPU suite) the slack put nanoGPT's and the deep MLP's peaks
+    above eager's, with no steady gain in speed: nanoGPT's page faults came and went with or
+    without it, and the MLP's intermediates (half a MiB) never faulted. BERT's arena is empty
+    without the slack, and its 2 MiB intermediates then fault every call."""
+    within = _fit(fixed, candidates, n, slack=0.0)
+    if within.nbytes:
+        return within
+    large = [s for s in candidates if s[3] >= LARGE_SLOT]
+    return _fit(fixed + [s for s in candidates if s not in large], large, n, PEAK_SLACK)
+
+
+def _fit(fixed: list, candidates: list, n: int, slack: float | None = None) -> Arena:
+    """The arena of the candidate slots that raises the call's peak by at most `slack`
+    (default `PEAK_SLACK`).
 
     A buffer in the arena holds its bytes for the whole call, not from its allocation to its
     last reader: next to the buffers that stay outside (outputs, what ATen allocates) it can
@@ -112,7 +158,8 @@ def _fit(fixed: list, candidates: list, n: int) -> Arena:
         return out
 
     outside = live(fixed)
-    bound = max(a + b for a, b in zip(outside, live(candidates))) * (1 + PEAK_SLACK)
+    slack = PEAK_SLACK if slack is None else slack
+    bound = max(a + b for a, b in zip(outside, live(candidates))) * (1 + slack)
 
     def cost(chosen) -> int:
         others = [s for s in candidates if s not in chosen]
