@@ -31,6 +31,7 @@ from ..wrapper import (
     _tuple,
     boxed_header,
     indexed_by_layout,
+    strides_differ,
 )
 from .renderer import TritonKernel
 
@@ -50,8 +51,9 @@ def render_wrapper(sched: Schedule, kernels: dict[str, TritonKernel]) -> Wrapper
     for name in graph.inputs:
         lay = nodes[name].layout
         size, stride = _tuple(lay.size), _tuple(lay.stride)
+        test = strides_differ(name, lay.size, lay.stride)
         lines.append(
-            f"    if {name}.stride() != {stride} or {name}.shape != {size} or "
+            f"    if {test + ' or ' if test else ''}{name}.shape != {size} or "
             f"{name}.get_device() != _device_index: "
             f"{name} = _fix_input({name}, {name!r}, {size}, {stride}, device)"
         )
