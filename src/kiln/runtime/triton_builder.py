@@ -39,7 +39,7 @@ from .triton_interpret import is_interpreting
 # Compile in workers only when there is enough to share out; a worker pool costs a process
 # start (import torch and Triton) the first time.
 PARALLEL_MIN_KERNELS = 3
-MAX_WORKERS = 8
+MAX_WORKERS = 16  # a ResNet-50's 49 kernels kept 8 workers busy 4.7 s on the 16-CPU H200 host
 
 _loaded: dict[str, object] = {}
 STATS = {"loads": 0, "memory_hits": 0, "disk_hits": 0, "warmed": 0, "warm_seconds": 0.0}
@@ -107,7 +107,8 @@ def load(source: str, launches: dict | None = None, cache_dir: str | None = None
 
 
 def _workers() -> int:
-    return max(1, min(MAX_WORKERS, os.cpu_count() or 1))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(MAX_WORKERS, cpus or 1))
 
 
 def prestart() -> None:

@@ -148,11 +148,17 @@ def _launches(module: TritonModule, graph: LoopGraph) -> dict:
         n = nodes[name]
         return n.dtype if hasattr(n, "dtype") else n.layout.dtype
 
-    out = {}
+    out, seen = {}, set()
     for k in module.kernels:
         k: TritonKernel
         dts = [dtype(p) for p in k.params]
-        out[k.name] = (dts, k.plan.grid, k.plan.constexprs, k.plan.num_warps)
+        p = k.plan
+        # a kernel with the code of an earlier one compiles to the same binary when launched
+        # with the same argument types and options: that binary is compiled once
+        variant = (module.same_as.get(k.name, k.name), tuple(dts), repr(p.constexprs), p.num_warps)
+        if variant not in seen:
+            seen.add(variant)
+            out[k.name] = (dts, p.grid, p.constexprs, p.num_warps)
     return out
 
 

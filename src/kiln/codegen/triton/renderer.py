@@ -22,7 +22,8 @@ and nothing about compiling or launching.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 import torch
 
@@ -58,6 +59,8 @@ class TritonKernel:
 class TritonModule:
     kernels: tuple[TritonKernel, ...]
     source: str
+    # kernel -> the earlier kernel whose code it is, bar names (defined once, compiled once)
+    same_as: dict = field(default_factory=dict)
 
 
 class _KernelContext:
@@ -394,5 +397,24 @@ def render_module(sched: Schedule, emulate_casts: bool = False) -> TritonModule:
         for k in sched.kernels
         if not _writes_nothing(k, nodes)
     )
-    source = PRELUDE + "\n\n" + "\n\n\n".join(k.source for k in kernels) + "\n"
-    return TritonModule(kernels, source)
+    first: dict[str, TritonKernel] = {}
+    same_as: dict[str, str] = {}
+    parts = []
+    for k in kernels:
+        original = first.setdefault(_canonical(k), k)
+        if original is k:
+            parts.append(k.source)
+        else:
+            same_as[k.name] = original.name
+            parts.append(f"{k.name} = {original.name}  # the same code as {original.name}")
+    source = PRELUDE + "\n\n" + "\n\n\n".join(parts) + "\n"
+    return TritonModule(kernels, source, same_as)
+
+
+def _canonical(kernel: TritonKernel) -> str:
+    """The kernel's code with its name and parameters named by position. The layers of a
+    transformer or the blocks of a ResNet stage give kernels that differ only there; each is
+    defined and compiled once (GPT-2's 54 kernels a forward are a handful of distinct ones)."""
+    names = {kernel.name: "K", **{p: f"p{i}" for i, p in enumerate(kernel.params)}}
+    pattern = r"\b(" + "|".join(re.escape(n) for n in names) + r")\b"
+    return re.sub(pattern, lambda m: names[m.group(0)], kernel.source)
