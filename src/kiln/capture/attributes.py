@@ -29,9 +29,10 @@ def load_attr(interp, obj: Any, name: str) -> Any:
     tracer = interp.tracer
     if isinstance(obj, torch.Tensor):
         return getattr(obj, name)
-    if type(obj) is Token and tracer.recording:
+    cls = type(obj)
+    if cls is Token and tracer.recording:
         return tracer.context_vars.token_attr(obj, name)
-    prop = _class_attr(type(obj), name)
+    prop = _class_attr(cls, name)
     if (
         type(prop) is property
         and type(prop.fget) is types.FunctionType
@@ -42,17 +43,29 @@ def load_attr(interp, obj: Any, name: str) -> Any:
 
             return interp_call(interp, prop.fget, (obj,), {})
     value = getattr(obj, name)
-    if tracer.recording:
+    if tracer.broken is None:
+        # The same attribute of the same held object giving the same value again (attn.h, read
+        # once a head): what the first read guarded covers it.
+        key = (id(obj), name)
+        seen = tracer.attr_reads.get(key, _NOTHING)
+        if seen is value:
+            return value
         src = tracer.source_of(obj)
         if src is not None and not _untracked(tracer, obj, name, value):
             tracer.track(value, _attr_source(tracer, obj, src, name, value))
+            if seen is _NOTHING:
+                tracer.attr_reads[key] = value
     return value
+
+
+_NOTHING = object()
+_METHODS = (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)
 
 
 def _untracked(tracer, obj, name, value) -> bool:
     if (id(obj), name) in tracer.mutated_attrs or id(obj) in tracer.mutated_objs:
         return True
-    if isinstance(value, (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)):
+    if isinstance(value, _METHODS):
         return True
     if isinstance(obj, types.ModuleType) and _lib(obj.__name__):
         return True
@@ -69,10 +82,13 @@ def _attr_source(tracer, obj, src, name, value):
     instance dictionary; every other attribute is read through its path."""
     if isinstance(obj, torch.nn.Module):
         d = obj.__dict__
-        structural = (
-            name in STRUCTURE
-            or (value is None or isinstance(value, (torch.Tensor, torch.nn.Module)))
-            and any(name in d.get(k, ()) for k in STRUCTURE)
+        structural = name in STRUCTURE or (
+            (value is None or isinstance(value, (torch.Tensor, torch.nn.Module)))
+            and (
+                name in d.get("_parameters", ())
+                or name in d.get("_modules", ())
+                or name in d.get("_buffers", ())
+            )
         )
         if structural:
             _tree_guard(tracer)

@@ -180,6 +180,8 @@ DATA_METHODS = {"item", "tolist", "numpy", "data_ptr", "__bool__", "__int__", "_
 BREAK_MODULES = ("logging",)
 
 _disabled: set[int] = set()
+# builtins of torch modules found to run natively (F.linear, torch.cat): decided once each
+_TORCH_NATIVE: set = set()
 _TORCH_IS_COMPILING = torch.compiler.is_compiling
 _TORCH_ASSERT = torch._assert
 _allow_in_graph: set[int] = set()
@@ -210,7 +212,8 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
                 f"{fn.__qualname__} is kiln.disable'd",
                 "the call runs eagerly; the rest of the function is compiled separately",
             )
-        if (fn.__module__ or "").split(".", 1)[0] in BREAK_MODULES:
+        route = _module_route(fn.__module__ or "")
+        if route == "break":
             return _break_and_run(
                 interp,
                 fn,
@@ -223,7 +226,7 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
         compiled = getattr(fn, "_kiln_compiled", None)
         if compiled is not None:
             return interp_call(interp, compiled.root_callable, args, kwargs, site)
-        if id(fn) in _allow_in_graph or not _inlinable(fn):
+        if route == "native" or id(fn) in _allow_in_graph:
             return native_call(interp, fn, args, kwargs)
         return interp.call_function(fn, args, kwargs, site)
     if t is types.MethodType:
@@ -243,10 +246,19 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
 
 
 def _inlinable(fn: types.FunctionType) -> bool:
-    mod = fn.__module__ or ""
-    if mod.startswith("kiln.") and not mod.startswith("kiln.tests"):
-        return False
-    return not _is_native_module(mod)
+    return _module_route(fn.__module__ or "") != "native"
+
+
+@functools.lru_cache(maxsize=4096)
+def _module_route(mod: str) -> str:
+    """How calls of Python functions defined in module `mod` run: "native" (kiln's own code,
+    torch APIs that dispatch to the recording mode, pure library helpers), "break" (logging)
+    or "inline" (on kiln's interpreter)."""
+    if mod.startswith("kiln.") and not mod.startswith("kiln.tests") or _is_native_module(mod):
+        return "native"
+    if mod.split(".", 1)[0] in BREAK_MODULES:
+        return "break"
+    return "inline"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -298,10 +310,17 @@ def _break_and_run(interp, fn, args, kwargs, reason: str, hint: str = ""):
 
 def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
     tracer = interp.tracer
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.Tensor):  # `x.view(...)`, the common case, decided as below
+        return _tensor_method(interp, fn, args, kwargs)
+    try:
+        if fn in _TORCH_NATIVE:
+            return native_call(interp, fn, args, kwargs)
+    except TypeError:  # a method of an unhashable object
+        pass
     special = _SPECIAL.get(fn) if _hashable(fn) else None
     if special is not None:
         return special(interp, args, kwargs)
-    owner = getattr(fn, "__self__", None)
     if type(owner) is ContextVar or getattr(fn, "__objclass__", None) is ContextVar:
         return context_vars.call(interp, fn, args, kwargs)
     name = getattr(fn, "__name__", type(fn).__name__)
@@ -311,13 +330,6 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
         return native_call(interp, fn, _trampolines(interp, args), kwargs)
     if isinstance(owner, (str, bytes, tuple, int, float, frozenset, range, slice, torch.Size)):
         return fn(*args, **kwargs)
-    if isinstance(owner, torch.Tensor):
-        if name in DATA_METHODS:
-            tracer.graph_break(
-                f"Tensor.{name}() reads a Python value out of a tensor's data",
-                "keep the value as a tensor, or move this code out of the compiled function",
-            )
-        return native_call(interp, fn, args, kwargs)
     mod = getattr(fn, "__module__", None) or getattr(type(owner), "__module__", "") or ""
     if _hashable(fn) and fn in PURE_BUILTINS or mod in PURE_MODULES:
         if _hashable(fn) and fn in _ITERATING:
@@ -332,6 +344,8 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
             return _break_and_run(
                 interp, fn, args, kwargs, f"torch.{name} changes global state a graph cannot replay"
             )
+        if isinstance(owner, types.ModuleType):
+            _TORCH_NATIVE.add(fn)  # (a module's function: the same object, the same answer)
         return native_call(interp, fn, args, kwargs)
     if isinstance(owner, type) and (owner.__module__ or "").startswith("torch"):
         return native_call(interp, fn, args, kwargs)
@@ -344,6 +358,16 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
         "wrap it with kiln.allow_in_graph if it is a pure tensor function, or call it outside "
         "the compiled function",
     )
+
+
+def _tensor_method(interp, fn, args: tuple, kwargs: dict) -> Any:
+    name = getattr(fn, "__name__", "")
+    if name in DATA_METHODS:
+        interp.tracer.graph_break(
+            f"Tensor.{name}() reads a Python value out of a tensor's data",
+            "keep the value as a tensor, or move this code out of the compiled function",
+        )
+    return native_call(interp, fn, args, kwargs)
 
 
 def note_container_mutation(tracer, obj) -> None:

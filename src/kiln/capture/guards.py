@@ -9,8 +9,7 @@ the value that broke it (what `KILN_LOGS=recompiles` prints).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -37,17 +36,36 @@ CONSTANT_TYPES = (
 )
 
 
-@dataclass(frozen=True, eq=False)
 class Guard:
     """One fact: `check` is a format string over `{s}` (the source expression) and named
-    held objects; `text` is what a person reads."""
+    held objects; `text` is what a person reads (a string, or a function that writes it, for
+    facts whose text costs more to write than the trace ever needs: a large model has hundreds
+    of tensor guards and their text is read only when one fails or guards are logged).
 
-    source: Source | None
-    kind: str
-    check: str
-    held: dict[str, Any] = field(default_factory=dict)
-    text: str = ""
-    other: Source | None = None  # a second source, `{o}` in the check
+    Not changed after it is made. A plain class, not a frozen dataclass: a trace makes several
+    hundred, and a frozen dataclass's __init__ costs three times as much."""
+
+    __slots__ = ("source", "kind", "check", "held", "_text", "other")
+
+    def __init__(
+        self,
+        source: Source | None,
+        kind: str,
+        check: str,
+        held: dict[str, Any] | None = None,
+        text: str | Callable[[], str] = "",
+        other: Source | None = None,  # a second source, `{o}` in the check
+    ) -> None:
+        self.source = source
+        self.kind = kind
+        self.check = check
+        self.held = {} if held is None else held
+        self._text = text
+        self.other = other
+
+    @property
+    def text(self) -> str:
+        return self._text if isinstance(self._text, str) else self._text()
 
     def expr(self, namer: Namer) -> str:
         names = {k: _literal(v) or namer.const(v) for k, v in self.held.items()}
@@ -130,25 +148,33 @@ def keys_guard(source: Source, value: dict) -> Guard:
     )
 
 
+_TENSOR_CHECK = (
+    "type({s}) is {t} and {s}.dtype is {d} and {s}.is_cpu and {s}.shape == {sh} and "
+    "{s}.stride() == {st} and {s}.requires_grad is {rg}"
+)
+
+
 def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
     """Type, dtype, device, sizes, strides and requires_grad of a tensor, as a chain of the
     cheapest reads that decide each: identity for the type, dtype and flag, `is_cpu` rather than
     building a `torch.device` to compare, sizes and strides against tuples. (Large models check
     hundreds of parameters per call; this is a fifth cheaper than building one tuple of them and
     comparing it.)"""
-    shape, stride = tuple(t.shape), tuple(t.stride())
-    check = (
-        "type({s}) is {t} and {s}.dtype is {d} and "
-        + _device_check(t.device)
-        + " and {s}.shape == {sh} and {s}.stride() == {st} and {s}.requires_grad is {rg}"
-    )
-    text = (
-        f"{type(t).__name__}(dtype={t.dtype}, device={t.device}, shape={list(shape)}, "
-        f"stride={list(stride)}, requires_grad={t.requires_grad})"
-    )
-    held = {"t": type(t), "d": t.dtype, "sh": shape, "st": stride, "rg": t.requires_grad}
-    if t.device.type != "cpu":
-        held["dev"] = t.device
+    shape, stride, dtype, rg = tuple(t.shape), tuple(t.stride()), t.dtype, t.requires_grad
+    held = {"t": type(t), "d": dtype, "sh": shape, "st": stride, "rg": rg}
+    if t.is_cpu:
+        check = _TENSOR_CHECK
+    else:
+        device = held["dev"] = t.device
+        check = _TENSOR_CHECK.replace("{s}.is_cpu", _device_check(device))
+
+    def text() -> str:
+        device = held.get("dev", "cpu")
+        return (
+            f"{held['t'].__name__}(dtype={dtype}, device={device}, shape={list(shape)}, "
+            f"stride={list(stride)}, requires_grad={rg})"
+        )
+
     return Guard(source, "TENSOR", check, held, text)
 
 

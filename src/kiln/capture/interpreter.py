@@ -25,6 +25,7 @@ YIELD = 1
 CO_VARARGS = inspect.CO_VARARGS
 CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
 CO_GENERATOR = inspect.CO_GENERATOR
+_STAR_ARGS = CO_VARARGS | CO_VARKEYWORDS
 CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 
 
@@ -208,7 +209,11 @@ class InterpGenerator:
 def bind_args(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict:
     """Bind a call's arguments to `fn`'s parameters, with CPython's errors for bad calls."""
     code = fn.__code__
-    nargs, nkw, nposonly = code.co_argcount, code.co_kwonlyargcount, code.co_posonlyargcount
+    nargs = code.co_argcount
+    if not kwargs and len(args) == nargs and not code.co_flags & _STAR_ARGS:
+        if not code.co_kwonlyargcount:  # the common call: every parameter given by position
+            return dict(zip(code.co_varnames, args))
+    nkw, nposonly = code.co_kwonlyargcount, code.co_posonlyargcount
     names = code.co_varnames
     qual = fn.__qualname__
     pos_names = names[:nargs]

@@ -18,6 +18,8 @@ from .calls import delete_attr, load_attr, store_attr
 from .interpreter import NULL
 from .sources import CellSource, ConstSource, GlobalSource, ItemSource
 
+_NOTHING = object()
+
 
 @opcode("PRECALL", until=(3, 12))
 @opcode("NOP", "RESUME", "EXTENDED_ARG")
@@ -201,8 +203,14 @@ def load_global(interp, frame, name):
     g = frame.globals
     if name in g:
         value = g[name]
-        if tracer.recording and (id(g), name) not in tracer.mutated_attrs:
-            tracer.track(value, GlobalSource(g, name, g is interp.root_globals))
+        if tracer.broken is None:
+            key = (id(g), name)
+            # the same global read again (`F` in every Linear.forward): the first read's
+            # guards cover it
+            if tracer.global_reads.get(key, _NOTHING) is not value:
+                if key not in tracer.mutated_attrs:
+                    tracer.track(value, GlobalSource(g, name, g is interp.root_globals))
+                tracer.global_reads[key] = value
         return value
     if name in frame.builtins:
         if tracer.recording:

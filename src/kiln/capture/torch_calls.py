@@ -10,6 +10,7 @@ Routing is generic: any torch function is a graph op unless a table here says ot
 from __future__ import annotations
 
 import operator
+import types
 from typing import Any
 
 import torch
@@ -184,7 +185,46 @@ UNARY = {
     "__abs__": operator.abs,
 }
 
-_cache: dict[Any, tuple[str, str]] = {}
+
+class CallInfo:
+    """What the recorder needs to know about one `func`, worked out once per func: its kind
+    (call, metadata, data, unsupported, mutation, iter), the label a person reads, whether it
+    changes a tensor it is given by name (`x.add_(y)`), and how its FX node is written
+    (`order`: getter, binary, reflected, unary or other; `target` for the operator forms)."""
+
+    __slots__ = ("func", "kind", "label", "name", "method", "order", "target", "in_place")
+
+    def __init__(self, func) -> None:
+        name, getter = func_name(func)
+        if name in METADATA or name in STATE:
+            kind = "metadata"
+        elif name in DATA:
+            kind = "data"
+        elif name in UNSUPPORTED:
+            kind = "unsupported"
+        elif name in MUTATION:
+            kind = "mutation"
+        elif name == "__iter__":
+            kind = "iter"
+        else:
+            kind = "call"
+        self.func, self.kind, self.name = func, kind, name
+        self.method = _is_tensor_method(func, name)
+        self.label = f"Tensor.{name}" if self.method or getter else _qualified(func)
+        self.in_place = self.label.endswith("_") and not self.label.startswith("_")
+        self.order, self.target = "other", None
+        if getter:
+            self.order, self.target = "getter", getattr
+        elif name in BINARY:
+            self.order, self.target = "binary", BINARY[name]
+        elif name in REFLECTED:
+            self.order, self.target = "reflected", REFLECTED[name]
+        elif name in UNARY:
+            self.order, self.target = "unary", UNARY[name]
+
+
+_cache: dict[Any, CallInfo] = {}
+_getters: dict[Any, CallInfo] = {}  # property getters, by their descriptor
 
 
 def func_name(func) -> tuple[str, bool]:
@@ -195,50 +235,36 @@ def func_name(func) -> tuple[str, bool]:
     return name, False
 
 
-def classify_torch_call(func) -> tuple[str, str]:
+def call_info(func) -> CallInfo:
     try:
-        hit = _cache.get(func)
-    except TypeError:
-        hit = None
-    if hit is not None:
-        return hit
-    name, getter = func_name(func)
-    if name in METADATA or name in STATE:
-        kind = "metadata"
-    elif name in DATA:
-        kind = "data"
-    elif name in UNSUPPORTED:
-        kind = "unsupported"
-    elif name in MUTATION:
-        kind = "mutation"
-    elif name == "__iter__":
-        kind = "iter"
-    else:
-        kind = "call"
-    label = f"Tensor.{name}" if _is_tensor_method(func, name) or getter else _qualified(func)
-    result = (kind, label)
-    if not getter:
-        try:
-            _cache[func] = result
-        except TypeError:
-            pass
-    return result
+        info = _cache.get(func)
+    except TypeError:  # an unhashable callable: worked out every time
+        return CallInfo(func)
+    if info is not None:
+        return info
+    if type(func) is types.MethodWrapperType and func.__name__ == "__get__":
+        # a property getter arrives as a fresh `descriptor.__get__` each time
+        info = _getters.get(func.__self__)
+        if info is None:
+            info = _getters[func.__self__] = CallInfo(func)
+        return info
+    info = _cache[func] = CallInfo(func)
+    return info
 
 
-def node_target(func, label: str, args: tuple, kwargs: dict):
+def node_target(info: CallInfo, args: tuple, kwargs: dict):
     """(op, target, args, kwargs) of the FX node for a recorded call."""
-    name, getter = func_name(func)
-    if getter:
-        return "call_function", getattr, (args[0], name), {}
-    if name in BINARY and len(args) == 2 and not kwargs:
-        return "call_function", BINARY[name], args, {}
-    if name in REFLECTED and len(args) == 2 and not kwargs:
-        return "call_function", REFLECTED[name], (args[1], args[0]), {}
-    if name in UNARY and len(args) == 1 and not kwargs:
-        return "call_function", UNARY[name], args, {}
-    if _is_tensor_method(func, name) and args:
-        return "call_method", name, args, kwargs
-    return "call_function", func, args, kwargs
+    order = info.order
+    if order == "getter":
+        return "call_function", getattr, (args[0], info.name), {}
+    if order != "other" and not kwargs:
+        if order == "binary" and len(args) == 2 or order == "unary" and len(args) == 1:
+            return "call_function", info.target, args, {}
+        if order == "reflected" and len(args) == 2:
+            return "call_function", info.target, (args[1], args[0]), {}
+    if info.method and args:
+        return "call_method", info.name, args, kwargs
+    return "call_function", info.func, args, kwargs
 
 
 def _is_tensor_method(func, name: str) -> bool:

@@ -30,9 +30,17 @@ from .side_effects import SideEffects
 from .sources import AttrSource, ConstSource, Source
 from .symbolic import _Sym
 from .symbolic import make as make_sym
-from .torch_calls import classify_torch_call, func_name, node_target
+from .torch_calls import call_info, node_target
 
-_TENSOR_META_NAMES = {"requires_grad"}
+_Parameter = torch.nn.Parameter
+# `node.args = a` through the properties' setters: what assignment does, without Node's
+# __setattr__, which takes the node out of the graph's (op, target) lookup table and puts it
+# back around every attribute it sets (neither op nor target changes here)
+_set_args = fx.Node.args.fset
+_set_kwargs = fx.Node.kwargs.fset
+# arguments that stand for themselves in a node (kiln's symbolic numbers are int/float
+# subclasses, so `type(a) in` leaves them to `_as_arg`)
+_PLAIN_ARGS = frozenset((int, float, bool, str, type(None), torch.dtype, torch.device))
 
 
 @dataclass
@@ -73,6 +81,10 @@ class Tracer:
         self.created_objects: set[int] = set()  # user-class instances made during the trace
         self.tree_guarded = False  # the module-structure guard is added once per trace
         self.dict_guarded: set[int] = set()  # held objects whose __dict__ is guarded
+        self.attr_reads: dict[tuple[int, str], Any] = {}  # (id(held obj), name) -> value read
+        self.hooks_guarded: set[int] = set()  # held modules whose hook dicts are guarded
+        self.global_reads: dict[tuple[int, str], Any] = {}  # (id(globals), name) -> value read
+        self.global_hooks_guarded = False
         self.interp = None  # set by the frontend; consulted to decide if a break can resume
         self.dynamic_policy = None  # (source, tensor) -> dims to make symbolic; set by frontend
         self.dyn = None  # DynamicShapes, created by the first dynamic input
@@ -87,6 +99,7 @@ class Tracer:
             G.state_guard("torch.is_grad_enabled()", torch.is_grad_enabled, self.grad_enabled)
         )
         self.autocast = _autocast_state()
+        self._autocast_flat = _autocast_flat()
         for dev, state in self.autocast.items():
             self.guards.add(
                 G.state_guard(f"autocast state of {dev}", _AUTOCAST_READERS[dev], state)
@@ -133,6 +146,10 @@ class Tracer:
         if depth > 6:
             self.guards.add(G.id_guard(source, value))
             return
+        if isinstance(value, torch.nn.Module):  # the common case, decided as below would
+            if not isinstance(source, ConstSource):
+                self.guards.add(G.id_guard(source, value))
+            return
         if isinstance(value, tuple) and type(value) is not tuple and hasattr(value, "_fields"):
             self.guards.add(G.len_guard(source, value))
             for i, item in enumerate(value):
@@ -176,27 +193,22 @@ class Tracer:
             self._track_tensor_unrecorded(t, source)
 
     def _track_tensor_unrecorded(self, t: torch.Tensor, source: Source) -> None:
-        seen = self.sources.get(id(t))
+        key = id(t)
+        seen = self.sources.get(key)
         if seen is not None:
-            if seen[1].describe() != source.describe():
+            if seen[1] is not source and seen[1].describe() != source.describe():
                 self.guards.add(G.same_guard(source, seen[1]))
             return
-        self.sources[id(t)] = (t, source)
+        self.sources[key] = (t, source)
         self.keepalive.append(t)
-        if id(t) in self.tensor_nodes:  # made by this graph, read back through an outside path
+        if key in self.tensor_nodes:  # made by this graph, read back through an outside path
             return
-        name = self._fresh(_sanitize(source.describe()))
-        anchor = self._first_op
-        if anchor is None:
-            node = self.graph.placeholder(name)
-        else:
-            with self.graph.inserting_before(anchor):
-                node = self.graph.placeholder(name)
-        node.meta["source"] = source.describe()
-        self.tensor_nodes[id(t)] = node
+        node = self._placeholder(source)
+        self.tensor_nodes[key] = node
         self.placeholders.append((source, t, node))
-        dims = set(self.dynamic_policy(source, t)) if self.dynamic_policy else set()
+        dims = self.dynamic_policy(source, t) if self.dynamic_policy else ()
         if dims:
+            dims = set(dims)
             if self.dyn is None:
                 from .dynamic import DynamicShapes
 
@@ -207,6 +219,21 @@ class Tracer:
         else:
             node.meta["example_value"] = self.dyn.fake_of(t) if self.dyn else _meta(t)
             self.guards.add(G.tensor_guard(source, t))
+
+    def _placeholder(self, source: Source) -> fx.Node:
+        """A graph input fetched from `source`, named after it, before the first op."""
+        desc = source.describe()
+        name = self._fresh(_sanitize(desc))
+        anchor = self._first_op
+        # create_node with the name given: `graph.placeholder(name)` would also run the name
+        # through FX's target-to-name conversion, which leaves a sanitized name as it is
+        if anchor is None:
+            node = self.graph.create_node("placeholder", name, name=name)
+        else:
+            with self.graph.inserting_before(anchor):
+                node = self.graph.create_node("placeholder", name, name=name)
+        node.meta["source"] = desc
+        return node
 
     def _hold_intermediates(self) -> None:
         """From now on fakes are keyed by id: keep the graph's live intermediates alive."""
@@ -229,15 +256,8 @@ class Tracer:
 
     def symbolic_scalar(self, value, source: Source):
         """A Python number input that stays symbolic: a graph input guarded only by use."""
-        name = self._fresh(_sanitize(source.describe()))
-        anchor = self._first_op
-        if anchor is None:
-            node = self.graph.placeholder(name)
-        else:
-            with self.graph.inserting_before(anchor):
-                node = self.graph.placeholder(name)
+        node = self._placeholder(source)
         node.meta["example_value"] = value
-        node.meta["source"] = source.describe()
         self.placeholders.append((source, value, node))
         self.guards.add(G.type_guard(source, value))
         from .sources import Namer
@@ -253,12 +273,57 @@ class Tracer:
 
     # ---- torch calls --------------------------------------------------------------------------
     def on_torch_call(self, func, args, kwargs):
-        if not self.recording:
+        if self.broken is not None:
             return func(*args, **kwargs)
-        kind, name = classify_torch_call(func)
+        info = call_info(func)
+        kind = info.kind
+        if kind != "call" and kind != "mutation":
+            return self._not_recorded(info, func, args, kwargs)
+        node_args = self._node_args(args)
+        node_kwargs = {k: _map(self._as_arg, v) for k, v in kwargs.items()} if kwargs else {}
+        out = func(*args, **kwargs)
+        out_is_tensor = isinstance(out, torch.Tensor)
+        if (
+            kind == "mutation"
+            or info.in_place
+            or "out" in kwargs
+            or out_is_tensor
+            and any(a is out for a in args)
+        ):
+            self.effects_visible = True
+        if not out_is_tensor and not _has_tensor(out) and kind != "mutation":
+            if not _has_tensor(args) and not _has_tensor(tuple(kwargs.values())):
+                return out  # a library's __torch_function__ protocol over Python values
+            self.graph_break(
+                f"{info.label} returned a Python value ({type(out).__name__}) computed from "
+                "tensors",
+                "keep the value as a tensor, or move this code out of the compiled function",
+            )
+            return out
+        if self.dyn is not None:
+            try:
+                self.dyn.propagate(func, args, kwargs, out)
+            except Exception as e:  # noqa: BLE001 - the reason is reported
+                self.graph_break(
+                    f"{info.label} could not run with symbolic sizes ({type(e).__name__}: "
+                    f"{str(e)[:120]})",
+                    "mark fewer dimensions dynamic",
+                )
+                return out
+        op, target, a, k = node_target(info, node_args, node_kwargs)
+        node = self._op_node(op, target, a, k)
+        if self._first_op is None:
+            self._first_op = node
+        self._bind_outputs(out, node)
+        return out
+
+    def _not_recorded(self, info, func, args, kwargs):
+        """A call that is no graph op: a metadata read (answered), iteration (a recorded
+        unbind), a data read or a state change the graph cannot hold (a break)."""
+        kind, name = info.kind, info.label
         if kind == "metadata":
             if self.dyn is not None and args and isinstance(args[0], torch.Tensor):
-                sym = self._symbolic_metadata(func_name(func)[0], args, kwargs)
+                sym = self._symbolic_metadata(info.name, args, kwargs)
                 if sym is not None:
                     return sym
             return func(*args, **kwargs)
@@ -270,44 +335,25 @@ class Tracer:
                 "keep the value as a tensor (e.g. torch.where instead of `if`), or move this "
                 "code out of the compiled function",
             )
-            return func(*args, **kwargs)
-        if kind == "unsupported":
+        else:
             self.graph_break(f"{name} cannot be recorded in a graph ({_why(name)})")
-            return func(*args, **kwargs)
-        node_args = (
-            _map(self._as_arg, args),
-            {k: _map(self._as_arg, v) for k, v in kwargs.items()},
-        )
-        out = func(*args, **kwargs)
-        if kind == "mutation" or any(a is out for a in args if isinstance(a, torch.Tensor)):
-            self.effects_visible = True
-        elif name.endswith("_") and not name.startswith("_") or "out" in kwargs:
-            self.effects_visible = True
-        has_tensor_out = _has_tensor(out)
-        if not has_tensor_out and kind != "mutation":
-            if not _has_tensor(args) and not _has_tensor(tuple(kwargs.values())):
-                return out  # a library's __torch_function__ protocol over Python values
-            self.graph_break(
-                f"{name} returned a Python value ({type(out).__name__}) computed from tensors",
-                "keep the value as a tensor, or move this code out of the compiled function",
-            )
-            return out
-        if self.dyn is not None:
-            try:
-                self.dyn.propagate(func, args, kwargs, out)
-            except Exception as e:  # noqa: BLE001 - the reason is reported
-                self.graph_break(
-                    f"{name} could not run with symbolic sizes ({type(e).__name__}: "
-                    f"{str(e)[:120]})",
-                    "mark fewer dimensions dynamic",
-                )
-                return out
-        op, target, a, k = node_target(func, name, *node_args)
-        node = self._op_node(op, target, tuple(a), dict(k))
-        if self._first_op is None:
-            self._first_op = node
-        self._bind_outputs(out, node)
-        return out
+        return func(*args, **kwargs)
+
+    def _node_args(self, args: tuple) -> tuple:
+        """The FX arguments of a call's positional arguments: tensors become their nodes
+        (looked up here, the common case), anything else goes through `_as_arg`."""
+        nodes = self.tensor_nodes
+        out = []
+        for a in args:
+            t = type(a)
+            if t is torch.Tensor or t is _Parameter:
+                node = nodes.get(id(a))
+                out.append(node if node is not None else self._lift_constant(a))
+            elif t in _PLAIN_ARGS:
+                out.append(a)
+            else:
+                out.append(_map(self._as_arg, a))
+        return tuple(out)
 
     def _op_node(self, op: str, target, args: tuple, kwargs: dict) -> fx.Node:
         """A node for a recorded call. Made empty, then given its arguments: the same node as
@@ -319,9 +365,9 @@ class Tracer:
         if name is None:  # FX's name for the target, worked out once (a regex a node)
             name = self._node_names[id(target)] = self.graph._target_to_str(target)
         node = self.graph.create_node(op, target, name=name)
-        node.args = args
+        _set_args(node, args)
         if kwargs:
-            node.kwargs = kwargs
+            _set_kwargs(node, kwargs)
         return node
 
     def _as_arg(self, value):
@@ -435,12 +481,15 @@ class Tracer:
             node = self.graph.call_function(torch._C._set_grad_enabled, (grad,))
             self._first_op = self._first_op or node
             self.grad_enabled = grad
+        if _autocast_flat() == self._autocast_flat:  # (one tuple compare after every call)
+            return
         state = _autocast_state()
         for dev, now in state.items():
             if now != self.autocast[dev]:
                 node = self.graph.call_function(set_autocast, (dev, now[0], now[1]))
                 self._first_op = self._first_op or node
         self.autocast = state
+        self._autocast_flat = _autocast_flat()
 
 
 def set_autocast(device: str, enabled: bool, dtype: torch.dtype) -> None:
@@ -463,6 +512,12 @@ _AUTOCAST_READERS = {
 
 def _autocast_state() -> dict[str, tuple[bool, torch.dtype]]:
     return {dev: _AUTOCAST_READERS[dev]() for dev in _AUTOCAST_DEVICES}
+
+
+def _autocast_flat() -> tuple:
+    """_autocast_state's values as one flat tuple, read without building the dictionary."""
+    is_on, dtype = torch.is_autocast_enabled, torch.get_autocast_dtype
+    return (is_on("cpu"), dtype("cpu"), is_on("cuda"), dtype("cuda"))  # _AUTOCAST_DEVICES
 
 
 def _why(name: str) -> str:
