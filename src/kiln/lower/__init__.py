@@ -11,7 +11,7 @@ at indices loaded from memory), graph.py (the walk over the FX graph), verify.py
 verifier).
 """
 
-from . import indirect, pointwise, reductions, views  # noqa: F401  (register the lowerings)
+from . import indirect, pointwise, pooling, reductions, views  # noqa: F401  (the lowerings)
 from .graph import EXTERN_COUNTS, GraphUnsupported, extern_summary, lower_graph
 from .ir import LoopGraph
 from .registry import Unsupported, register_lowering, registered_ops
