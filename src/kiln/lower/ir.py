@@ -15,6 +15,7 @@ carry no closures (STYLE.md item 2), so `str(graph)` is the whole program.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -78,12 +79,23 @@ class Load(_Hashed):
         return f"{self.buf}[{', '.join(sympy_str(e) for e in self.index)}]"
 
 
-@dataclass(frozen=True, eq=True)
-class Const(_Hashed):
+@dataclass(frozen=True, eq=False)
+class Const:
+    """A constant. Equal to another when dtype, type and bits agree: renderers share equal
+    values, and -0.0 must not become 0.0 (1 / x tells them apart), nor 1 become True."""
+
     value: Any  # bool, int or float (inf and nan allowed)
     dtype: torch.dtype
 
-    __hash__ = _Hashed.__hash__
+    def _key(self) -> tuple:
+        v = self.value
+        return (self.dtype, type(v), struct.pack("<d", v) if isinstance(v, float) else v)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Const) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def __str__(self) -> str:
         return f"{self.value!r}:{dtype_str(self.dtype)}"
