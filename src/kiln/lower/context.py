@@ -1,12 +1,15 @@
 """The lowering context: what a lowering function uses to add loop-IR nodes.
 
-Takes the nodes lowered so far and the fake output of the ATen node being lowered; gives
-`pointwise(...)`, `reduction(...)`, `view(...)`, `load(...)` and the broadcasting/type-promotion
-helpers that every elementwise lowering shares.
+Takes the graph's device, the nodes lowered so far and the fake output of the ATen node being
+lowered; gives `pointwise(...)`, `reduction(...)`, `view(...)`, `load(...)` and the
+broadcasting/type-promotion helpers that every elementwise lowering shares.
 
 Why it exists: views are resolved here, once — `load` through a `View` becomes a load of its
 base at the composed index, and a view of a view points at the root base — so kernel bodies
-never mention views and the scheduler never has to look through them.
+never mention views and the scheduler never has to look through them. Device placement is
+checked here too: kernels run on the graph's device, so `load` refuses a buffer that an extern
+call left on another device (a CPU scalar in a CUDA graph), and the op reading it stays an ATen
+call, which handles mixed devices as eager does.
 """
 
 from __future__ import annotations
@@ -54,7 +57,10 @@ INDIRECT_LOAD_DEVICES = frozenset({"cpu"})
 
 
 class LoweringContext:
-    def __init__(self, *, indirect_loads: bool = False) -> None:
+    def __init__(self, *, device: torch.device | None = None, indirect_loads: bool = False) -> None:
+        # The graph's device: kernels run there and the wrapper allocates their buffers there.
+        self.device = device if device is not None else torch.device("cpu")
+        self.elsewhere: dict[str, torch.device] = {}  # extern outputs on another device
         self.indirect_loads = indirect_loads  # may lowerings emit `Indirect` index terms
         self.checks: dict = {}  # (index buffer, size, wrap) -> its bounds check (indirect.py)
         self.nodes: dict[str, Node] = {}
@@ -80,6 +86,13 @@ class LoweringContext:
     def dtype(self, ref: BufRef) -> torch.dtype:
         return node_dtype(self.nodes[ref.name])
 
+    def on_graph_device(self, device: torch.device) -> bool:
+        """Is `device` the graph's (same type; same index when both name one)?"""
+        mine = self.device
+        if device.type != mine.type:
+            return False
+        return device.index is None or mine.index is None or device.index == mine.index
+
     @property
     def out_size(self) -> tuple:
         return tuple(int(s) for s in self.out.shape)
@@ -97,6 +110,11 @@ class LoweringContext:
             sub = dict(zip(index_vars(len(node.size)), index))
             index = tuple(e.xreplace(sub) for e in node.index)
             node = self.nodes[node.base]
+        if node.name in self.elsewhere:
+            raise Unsupported(
+                f"reads {node.name}, a tensor on {self.elsewhere[node.name]}, in a graph whose "
+                f"kernels run on {self.device}"
+            )
         e: Expr = Load(node.name, index, compute_dtype(node_dtype(node)))
         return ops.cast(e, dtype) if dtype is not None else e
 

@@ -3,8 +3,9 @@
 Takes a `torch.fx.GraphModule` whose call nodes target `torch.ops.aten` overloads (what
 `make_fx` gives) and its example inputs; gives a `LoopGraph`: one `Input` per placeholder, a
 `Constant` per tensor attribute, and the nodes each lowering added. An op with no lowering,
-with a dtype the C++ renderer lacks, or whose lowering declines (`Unsupported`), becomes an
-`Extern` — always correct, never fused — and is counted under `KILN_LOGS=perf_hints`.
+with a dtype the C++ renderer lacks, with an output off the graph's device, or whose lowering
+declines (`Unsupported`), becomes an `Extern` — always correct, never fused — and is counted
+under `KILN_LOGS=perf_hints`.
 
 Why it exists: this is the one walk over the FX graph; everything after it sees only loop IR.
 """
@@ -78,6 +79,9 @@ def _why_extern(ctx: LoweringContext, target, args, kwargs, val) -> str | None:
             return "returns a non-tensor value"
         if isinstance(o, torch.Tensor) and o.dtype not in SUPPORTED_DTYPES:
             return f"output dtype {o.dtype} has no C++ lowering"
+        if isinstance(o, torch.Tensor) and not ctx.on_graph_device(o.device):
+            # kernels write buffers the wrapper allocates on the graph's device
+            return f"output on {o.device}, not the graph's device {ctx.device}"
     for ref in buf_refs((args, tuple(kwargs.values()))):
         node = ctx.nodes[ref.name]
         if isinstance(node, (Extern,)) and node.layouts[0] is None:
@@ -97,22 +101,30 @@ def _extern(ctx: LoweringContext, target, args, kwargs, val, reason: str):
     ctx.add(node)
     EXTERN_COUNTS[(str(target), reason)] += 1
     logs.log("perf_hints", lambda: f"extern call {target}: {reason}")
+    names = [name] if not multi else [ctx.fresh("buf") if lay else None for lay in layouts]
+    for item, out in zip(names, outs):
+        if isinstance(out, torch.Tensor) and not ctx.on_graph_device(out.device):
+            ctx.elsewhere[item] = out.device  # no kernel may read it (LoweringContext.load)
     if not multi:
         return BufRef(name)
-    items = []
-    for k, lay in enumerate(layouts):
-        items.append(ctx.add(ExternItem(ctx.fresh("buf"), name, k, lay)) if lay else None)
-    return tuple(items)
+    return tuple(
+        ctx.add(ExternItem(item, name, k, lay)) if lay else None
+        for k, (item, lay) in enumerate(zip(names, layouts))
+    )
 
 
-def graph_device_type(gm: torch.fx.GraphModule, example_inputs) -> str:
+def graph_device(gm: torch.fx.GraphModule, example_inputs) -> torch.device:
     """The device a graph's tensors live on. Placeholders' `val` first: a GPU graph reaches
     lower/ with CPU stand-ins for its inputs (codegen/triton), but its metadata is the GPU's."""
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     for t in vals + list(example_inputs):
         if isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta"):
-            return t.device.type
-    return "cpu"
+            return t.device
+    return torch.device("cpu")
+
+
+def graph_device_type(gm: torch.fx.GraphModule, example_inputs) -> str:
+    return graph_device(gm, example_inputs).type
 
 
 def lower_graph(
@@ -122,12 +134,12 @@ def lower_graph(
     (the target renderer must support `Indirect`); None decides by the graph's device
     (`INDIRECT_LOAD_DEVICES`)."""
     ensure_meta(gm, example_inputs)
-    device = graph_device_type(gm, example_inputs)
-    if device == "cpu":
+    device = graph_device(gm, example_inputs)
+    if device.type == "cpu":
         channels_last_convolutions(gm, example_inputs)
     if indirect_loads is None:
-        indirect_loads = device in INDIRECT_LOAD_DEVICES
-    ctx = LoweringContext(indirect_loads=indirect_loads)
+        indirect_loads = device.type in INDIRECT_LOAD_DEVICES
+    ctx = LoweringContext(device=device, indirect_loads=indirect_loads)
     env: dict[torch.fx.Node, object] = {}
     inputs: list[str] = []
     constants: dict[str, torch.Tensor] = {}

@@ -245,8 +245,8 @@ def _clamp_max(ctx, x, hi):
 @register_lowering("_to_copy.default", "clone.default", "lift_fresh_copy.default")
 def _to_copy(ctx, x, **kwargs):
     device = kwargs.get("device")
-    if device is not None and torch.device(device).type != "cpu":
-        raise Unsupported(f"copy to device {device}")
+    if device is not None and not ctx.on_graph_device(torch.device(device)):
+        raise Unsupported(f"copy to device {device}, not the graph's {ctx.device}")
     if kwargs.get("layout") not in (None, torch.strided):
         raise Unsupported(f"copy to layout {kwargs['layout']}")
     return ctx.elementwise([x], lambda a: a)

@@ -2,7 +2,8 @@
 
 Takes ATen calls through the registry; gives `View` nodes for `view`/`reshape`/`permute`/
 `transpose`/`expand`/`slice`/`select`/`squeeze`/`unsqueeze`, and `Pointwise` nodes for `cat`,
-`constant_pad_nd`, `slice_scatter`/`select_scatter`, `full`, `arange` and friends.
+`constant_pad_nd`, `slice_scatter`/`select_scatter`, `full`, `arange` and friends (created on
+the graph's device only).
 
 Why it exists: a view costs nothing when a kernel reads through it, so views are index
 expressions, not buffers. Ops that pick between inputs by position (`cat`, pads, scatters)
@@ -205,15 +206,18 @@ def _select_scatter(ctx, x, src, dim, index):
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_device(kwargs):
+def _check_device(ctx, kwargs):
+    """A factory's kernel runs on the graph's device, so it may only create tensors there (a CPU
+    scalar in a CUDA graph stays an ATen call; graph.py refuses any op whose output is on
+    another device, this names the argument)."""
     device = kwargs.get("device")
-    if device is not None and torch.device(device).type != "cpu":
-        raise Unsupported(f"tensor created on device {device}")
+    if device is not None and not ctx.on_graph_device(torch.device(device)):
+        raise Unsupported(f"tensor created on device {device}, not the graph's {ctx.device}")
 
 
 @register_lowering("full.default", "full_like.default")
 def _full(ctx, size_or_x, fill_value, **kwargs):
-    _check_device(kwargs)
+    _check_device(ctx, kwargs)
     if not isinstance(fill_value, (bool, int, float)):
         raise Unsupported("fill value is not a Python number")
     return ctx.pointwise(ctx.out_size, ctx.out_dtype, ops.const(fill_value, _cd(ctx)))
@@ -232,19 +236,19 @@ def _cd(ctx):
     "new_empty.default",
 )
 def _zeros(ctx, *args, **kwargs):
-    _check_device(kwargs)
+    _check_device(ctx, kwargs)
     return ctx.pointwise(ctx.out_size, ctx.out_dtype, ops.const(0, _cd(ctx)))
 
 
 @register_lowering("ones.default", "ones_like.default", "new_ones.default")
 def _ones(ctx, *args, **kwargs):
-    _check_device(kwargs)
+    _check_device(ctx, kwargs)
     return ctx.pointwise(ctx.out_size, ctx.out_dtype, ops.const(1, _cd(ctx)))
 
 
 @register_lowering("scalar_tensor.default")
 def _scalar_tensor(ctx, value, **kwargs):
-    _check_device(kwargs)
+    _check_device(ctx, kwargs)
     return ctx.pointwise((), ctx.out_dtype, ops.const(value, _cd(ctx)))
 
 
@@ -255,7 +259,7 @@ def _fill(ctx, x, value):
 
 @register_lowering("arange.start_step", "arange.default", "arange.start")
 def _arange(ctx, *args, **kwargs):
-    _check_device(kwargs)
+    _check_device(ctx, kwargs)
     nums = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
     start, step = (0, 1)
     if len(nums) >= 2:
