@@ -1,9 +1,10 @@
 """Lowerings of view ops (index remappings, no copy), `cat`, padding, scatters and creation ops.
 
 Takes ATen calls through the registry; gives `View` nodes for `view`/`reshape`/`permute`/
-`transpose`/`expand`/`slice`/`select`/`squeeze`/`unsqueeze`, and `Pointwise` nodes for `cat`,
-`constant_pad_nd`, `slice_scatter`/`select_scatter`, `full`, `arange` and friends (created on
-the graph's device only).
+`transpose`/`expand`/`slice`/`select`/`squeeze`/`unsqueeze`, a tuple of them for `split`/
+`split_with_sizes`/`chunk`/`unbind` (one view a piece, so the wrapper calls nothing), and
+`Pointwise` nodes for `cat`, `constant_pad_nd`, `slice_scatter`/`select_scatter`, `full`,
+`arange` and friends (created on the graph's device only).
 
 Why it exists: a view costs nothing when a kernel reads through it, so views are index
 expressions, not buffers. Ops that pick between inputs by position (`cat`, pads, scatters)
@@ -94,6 +95,38 @@ def _select(ctx, x, dim, index):
     index = index + own[dim] if index < 0 else index
     vs = list(index_vars(len(own) - 1))
     return ctx.view(x, ctx.out_size, vs[:dim] + [sympy.Integer(index)] + vs[dim:])
+
+
+@register_lowering(
+    "split.Tensor",
+    "split_with_sizes.default",
+    "unsafe_split.Tensor",
+    "unsafe_split_with_sizes.default",
+    "chunk.default",
+)
+def _split(ctx, x, _sizes, dim=0):
+    # Consecutive pieces along `dim`, each a view at its offset; their sizes are read off
+    # eager's outputs, which settles the rounding of `split` and `chunk` once.
+    n = len(ctx.size(x))
+    dim = _dim(dim, n)
+    pieces, start = [], 0
+    for out in ctx.out:
+        vs = list(index_vars(n))
+        vs[dim] = start + vs[dim]
+        pieces.append(ctx.view(x, out.shape, vs))
+        start += int(out.shape[dim])
+    return tuple(pieces)
+
+
+@register_lowering("unbind.int")
+def _unbind(ctx, x, dim=0):
+    n = len(ctx.size(x))
+    dim = _dim(dim, n)
+    vs = list(index_vars(n - 1))
+    return tuple(
+        ctx.view(x, out.shape, vs[:dim] + [sympy.Integer(k)] + vs[dim:])
+        for k, out in enumerate(ctx.out)
+    )
 
 
 @register_lowering("squeeze.dim", "squeeze.dims", "squeeze.default", "unsqueeze.default")
