@@ -2,10 +2,11 @@
 
 Takes a `torch.fx.GraphModule` whose call nodes target `torch.ops.aten` overloads (what
 `make_fx` gives) and its example inputs; gives a `LoopGraph`: one `Input` per placeholder, a
-`Constant` per tensor attribute, and the nodes each lowering added. An op with no lowering,
-with a dtype the C++ renderer lacks, with an output off the graph's device, or whose lowering
-declines (`Unsupported`), becomes an `Extern` — always correct, never fused — and is counted
-under `KILN_LOGS=perf_hints`.
+`Constant` per tensor attribute, and the nodes each lowering added; a call that repeats an
+earlier one (cse.py) is lowered once and named twice. An op with no lowering, with a dtype the
+C++ renderer lacks, with an output off the graph's device, or whose lowering declines
+(`Unsupported`), becomes an `Extern` — always correct, never fused — and is counted under
+`KILN_LOGS=perf_hints`.
 
 Why it exists: this is the one walk over the FX graph; everything after it sees only loop IR.
 """
@@ -20,6 +21,7 @@ import torch
 from .. import logs
 from .context import INDIRECT_LOAD_DEVICES, SUPPORTED_DTYPES, LoweringContext
 from .conv_layout import channels_last_convolutions
+from .cse import common_subexpressions
 from .ir import BufRef, Constant, Extern, ExternItem, Input, Layout, LoopGraph, buf_refs
 from .layouts import store_in_eager_order
 from .registry import Unsupported, lowering_for
@@ -139,6 +141,7 @@ def lower_graph(
         channels_last_convolutions(gm, example_inputs)
     if indirect_loads is None:
         indirect_loads = device.type in INDIRECT_LOAD_DEVICES
+    repeats = common_subexpressions(gm.graph)
     ctx = LoweringContext(device=device, indirect_loads=indirect_loads)
     env: dict[torch.fx.Node, object] = {}
     inputs: list[str] = []
@@ -148,7 +151,9 @@ def lower_graph(
         raise GraphUnsupported("graph placeholders and example inputs differ in number")
     outputs: tuple = ()
     for node in gm.graph.nodes:
-        if node.op == "placeholder":
+        if node in repeats:
+            env[node] = env[repeats[node]]
+        elif node.op == "placeholder":
             example = example_inputs[len(inputs)]
             if not isinstance(example, torch.Tensor):
                 raise GraphUnsupported(f"input {node.name} is not a tensor")
