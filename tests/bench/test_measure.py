@@ -317,6 +317,6 @@ def test_kiln_peak_with_its_arenas_is_at_most_eagers(
     eager, row = measure.run_task(task, models[model], measure.compile_kiln)
     assert row["correct"] is True, row["error"]
     assert row["fallbacks"] == 0
-    if model == "nanogpt":
-        assert held[-1] > 0  # it keeps an arena, and the peak counts it
-    assert row["peak_mem_bytes"] <= eager["peak_mem_bytes"]
+    # (whether a model keeps an arena depends on its plan: nanoGPT's went when its qkv split
+    # became views; that the peak counts a held arena is the test above)
+    assert row["peak_mem_bytes"] <= eager["peak_mem_bytes"], f"arena held: {held[-1]} bytes"
