@@ -99,17 +99,15 @@ def test_dropout_twice_gives_two_masks():
         assert not torch.equal(a != 0, b != 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton's scalar_constant turns -0.0 into +0.0 (value == 0 gives the null value), "
-    "so codegen/triton must spell -0.0 another way; loop IR keeps the two apart (tests/lower)",
-)
 @pytest.mark.usefixtures("_interpreter")
 def test_minus_zero_and_zero_stay_two_constants():
-    def fn(x):
-        return (x + 1 / torch.full((8,), 0.0), x + 1 / torch.full((8,), -0.0))
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
 
-    check(fn, torch.randn(8))
+        def fn(x):
+            pos, neg = (torch.full((8,), z, dtype=x.dtype) for z in (0.0, -0.0))
+            return (x + 1 / pos, x + 1 / neg)
+
+        check(fn, torch.randn(8, dtype=dtype))
 
 
 def test_factories_on_a_cuda_graphs_device_leave_no_call_in_its_wrapper():

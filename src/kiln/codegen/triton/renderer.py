@@ -22,6 +22,7 @@ and nothing about compiling or launching.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -99,6 +100,14 @@ class _KernelContext:
 
     def full(self, value, dtype: torch.dtype) -> str:
         shape = "[" + ", ".join(["1"] * self.rank) + "]"
+        if isinstance(value, float) and value == 0 and math.copysign(1.0, value) < 0:
+            # Triton builds a constant equal to 0 as +0.0 whatever its sign, and negates by
+            # subtracting from 0: -0.0 is spelled as its bits (the sign bit alone)
+            ty = compute_tl(dtype)
+            bits = ("-9223372036854775808", "tl.int64") if ty == "tl.float64" else (
+                "-2147483648", "tl.int32"
+            )
+            return f"tl.full({shape}, {bits[0]}, {bits[1]}).to({ty}, bitcast=True)"
         return f"tl.full({shape}, {render_const(value, dtype)}, {compute_tl(dtype)})"
 
     # -- expressions ------------------------------------------------------------------------
