@@ -109,6 +109,9 @@ def _guard_global_hooks(tracer) -> None:
 
 
 def _call(interp, fn, args, kwargs, site=None):
-    from .calls import interp_call
-
     return interp_call(interp, fn, args, kwargs, site)
+
+
+# calls.py imports this module at its end, with interp_call defined; imported first, this
+# module is complete (call_module defined) by the time calls.py asks for it
+from .calls import interp_call  # noqa: E402

@@ -13,6 +13,7 @@ import types
 import torch
 
 from . import bytecode as bc
+from .attributes import _class_attr
 from .bytecode import opcode
 from .calls import delete_attr, load_attr, store_attr
 from .interpreter import NULL
@@ -264,8 +265,6 @@ def op_load_method(interp, frame, inst):
 
 def _push_method(interp, frame, obj, name):
     """[meth, self] when `name` is a plain function on the type, else [NULL, attribute]."""
-    from .calls import _class_attr
-
     attr = _class_attr(type(obj), name)
     if type(attr) is types.FunctionType and name not in getattr(obj, "__dict__", {}):
         frame.stack.append(attr)

@@ -27,7 +27,7 @@ from . import guards as G
 from .context_vars import ContextVarModel
 from .errors import FullgraphBreak
 from .side_effects import SideEffects
-from .sources import AttrSource, ConstSource, Source
+from .sources import AttrSource, ConstSource, ItemSource, Source
 from .symbolic import _Sym
 from .symbolic import make as make_sym
 from .torch_calls import call_info, node_target
@@ -546,14 +546,10 @@ def _has_tensor(x) -> bool:
 
 
 def _item(source: Source, key) -> Source:
-    from .sources import ItemSource
-
     return ItemSource(source, key)
 
 
 def _identity_matters(value: Any) -> bool:
-    import types
-
     return (
         isinstance(
             value,
