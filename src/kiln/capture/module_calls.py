@@ -30,7 +30,12 @@ def call_module(interp, mod: torch.nn.Module, args: tuple, kwargs: dict, site=No
         src = tracer.source_of(mod)
         if src is not None and id(mod) not in tracer.hooks_guarded:
             tracer.hooks_guarded.add(id(mod))  # (held modules live as long as the trace)
-            if not any(d.get(h) for h in _HOOK_DICTS):
+            if not (
+                d.get("_forward_pre_hooks")
+                or d.get("_forward_hooks")
+                or d.get("_backward_hooks")
+                or d.get("_backward_pre_hooks")
+            ):  # _HOOK_DICTS, written out: a module call's one check
                 tracer.guards.add(_no_hooks_guard(tracer, src))
             else:
                 for h in _HOOK_DICTS:

@@ -128,7 +128,7 @@ class Tracer:
     # ---- values from outside the frame --------------------------------------------------------
     def track(self, value: Any, source: Source, depth: int = 0) -> None:
         """Register that `value` was read from `source`: guard it, lift tensors to inputs."""
-        if not self.recording:
+        if self.broken is not None:  # (`not self.recording`, without the property call)
             return
         if isinstance(value, torch.Tensor):
             self._track_tensor(value, source)
@@ -283,14 +283,12 @@ class Tracer:
         node_kwargs = {k: _map(self._as_arg, v) for k, v in kwargs.items()} if kwargs else {}
         out = func(*args, **kwargs)
         out_is_tensor = isinstance(out, torch.Tensor)
-        if (
-            kind == "mutation"
-            or info.in_place
-            or "out" in kwargs
-            or out_is_tensor
-            and any(a is out for a in args)
-        ):
+        if kind == "mutation" or info.in_place or "out" in kwargs:
             self.effects_visible = True
+        elif out_is_tensor:
+            for a in args:
+                if a is out:  # returned a tensor it was given: changed it in place
+                    self.effects_visible = True
         if not out_is_tensor and not _has_tensor(out) and kind != "mutation":
             if not _has_tensor(args) and not _has_tensor(tuple(kwargs.values())):
                 return out  # a library's __torch_function__ protocol over Python values
@@ -474,7 +472,7 @@ class Tracer:
     # ---- global state (grad mode, autocast) ---------------------------------------------------
     def sync_state(self) -> None:
         """After a native call: record a change of grad mode or autocast it made."""
-        if not self.recording:
+        if self.broken is not None:
             return
         grad = torch.is_grad_enabled()
         if grad != self.grad_enabled:
@@ -569,8 +567,11 @@ def _identity_matters(value: Any) -> bool:
     )
 
 
+_NOT_NAME = re.compile(r"[^0-9a-zA-Z_]+")
+
+
 def _sanitize(text: str) -> str:
-    s = re.sub(r"[^0-9a-zA-Z_]+", "_", text).strip("_").lower()
+    s = _NOT_NAME.sub("_", text).strip("_").lower()
     return s or "arg"
 
 
