@@ -23,14 +23,25 @@ from dataclasses import dataclass
 
 import sympy
 
-from ...lower.indexing import affine_coefficients, index_vars, is_affine, linearize
-from ...lower.ir import Pointwise, loads
+from ...lower.indexing import (
+    affine_coefficients,
+    index_vars,
+    is_affine,
+    linearize,
+    reduce_vars,
+)
+from ...lower.ir import Pointwise, Reduction, loads
 from ...schedule import Kernel
 
 FLAT_XBLOCK = 1024
 PERSISTENT_MAX_RBLOCK = 4096  # a longer row is reduced in a loop
 LOOPED_RBLOCK = 2048
 TILE = 32
+# reductions across rows (heuristics._reduces_across_rows): a tile of XBLOCK outputs x RBLOCK
+# rows, loops over the rows; only worth it for a reduced extent of at least OUTER_MIN_RNUMEL
+OUTER_XBLOCK = 32
+OUTER_RBLOCK = 128
+OUTER_MIN_RNUMEL = 64
 MAX_GRID_Y = 65535
 
 
@@ -102,6 +113,32 @@ def _tile_split(kernel: Kernel, nodes: dict) -> int:
     return 0
 
 
+def _reduces_across_rows(kernel: Kernel, nodes: dict) -> bool:
+    """Do the kernel's reductions read memory that is contiguous along the kept dimension and
+    strided along the reduced one (a column sum: a bias's or a norm weight's gradient, sum over
+    the batch of a [rows, width] tensor)? Then a program reducing one output alone reads one
+    element per cache line; `OUTER_XBLOCK` neighbouring outputs read whole lines together."""
+    votes = []
+    for m in kernel.members:
+        node = nodes[m.name]
+        if not isinstance(node, Reduction):
+            continue
+        xs = [v for v, n in zip(index_vars(len(node.size)), node.size) if n != 1]
+        rs = [v for v, n in zip(reduce_vars(len(node.reduce_size)), node.reduce_size) if n != 1]
+        if not xs or not rs:
+            continue
+        for ld in loads(node.body):
+            pos = linearize(ld.index, nodes[ld.buf].layout.stride)
+            names = list(xs) + list(rs)
+            if sympy.sympify(pos).free_symbols - set(names) or not is_affine(pos, names):
+                continue
+            coeffs, _ = affine_coefficients(pos, names)
+            x_step, r_step = coeffs[len(xs) - 1], coeffs[-1]
+            if x_step or r_step:
+                votes.append(x_step == 1 and r_step not in (0, 1))
+    return bool(votes) and sum(votes) * 2 > len(votes)
+
+
 def plan(kernel: Kernel, nodes: dict) -> Plan:
     numel = kernel.outer * kernel.inner
     pointwise_only = all(
@@ -121,6 +158,10 @@ def plan(kernel: Kernel, nodes: dict) -> Plan:
         xb = min(FLAT_XBLOCK, next_pow2(numel))
         return Plan("flat", numel, XBLOCK=xb, num_warps=_warps(xb))
     inner = kernel.inner
+    if kernel.outer > 1 and inner >= OUTER_MIN_RNUMEL and _reduces_across_rows(kernel, nodes):
+        xb = min(OUTER_XBLOCK, next_pow2(kernel.outer))
+        rb = min(OUTER_RBLOCK, next_pow2(inner))
+        return Plan("looped", kernel.outer, inner, 1, xb, rb, 1, _warps(xb * rb))
     rb = next_pow2(inner)
     if rb <= PERSISTENT_MAX_RBLOCK:
         xb = min(next_pow2(kernel.outer), max(1, 2048 // rb), 64)
