@@ -246,6 +246,7 @@ class CompiledFunction:
     def _install(self, tracer: Tracer, result: Any, tail=None) -> None:
         """Compile the trace's graph and add a cache entry. `tail(rb)` may replace the final
         `return` with lines of its own (a graph break's step and continuation call)."""
+        tracer.example_values()
         namer = Namer()
         rb = Rebuilder(tracer, namer)
         effects = side_effect_lines(tracer, rb)
