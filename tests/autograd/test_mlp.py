@@ -134,8 +134,9 @@ def test_decompositions_are_applied_and_optional():
         return compiler
 
     aot_compile(gm, clone_inputs(args), fw_compiler=keep("fw"), bw_compiler=keep("bw"))
-    bw_ops = {str(n.target) for n in graphs["bw"].graph.nodes if n.op == "call_function"}
-    assert "aten.gelu_backward.default" not in bw_ops and "aten.erf.default" in bw_ops
+    # decomposed: no gelu_backward anywhere; its erf runs in whichever graph the cut puts it
+    ops = {str(n.target) for g in graphs.values() for n in g.graph.nodes if n.op == "call_function"}
+    assert "aten.gelu_backward.default" not in ops and "aten.erf.default" in ops
     compiled = aot_compile(
         gm, clone_inputs(args), fw_compiler=keep("fw"), bw_compiler=keep("bw"), decompositions={}
     )

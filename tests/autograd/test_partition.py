@@ -39,12 +39,18 @@ def test_max_flow_on_a_textbook_network():
 
 def test_choose_saved_prefers_the_small_value_and_recomputes_cheap_chains():
     # x -> mm (expensive, 400 B) -> a (cheap, 400 B) -> mask (cheap, 100 B); backward reads
-    # a and mask: the cut saves mm (a and mask are recomputed from it)
+    # a and mask: saving mm or a costs the same bytes; a is read by the backward itself, so
+    # saving it recomputes only the mask (saving mm would recompute a as well)
     nodes = ["x", "mm", "a", "mask"]
     users = {"x": ["mm"], "mm": ["a"], "a": ["mask"]}
     size = {"x": 400, "mm": 400, "a": 400, "mask": 100}
     saved = choose_saved(nodes, users, {"x", "mm"}, {"a", "mask"}, size)
-    assert saved == ["mm"]
+    assert saved == ["a"]
+    # a chain of cheap values the backward does not read: saved where it starts (mm), not at
+    # a larger value further on
+    size_big_a = dict(size, a=800)
+    assert choose_saved(nodes, users, {"x", "mm"}, {"mask"}, size_big_a) == ["mask"]
+    assert choose_saved(nodes, users, {"x", "mm"}, {"a", "mask"}, size_big_a) == ["mm"]
     # backward reads only the mask: saving the 100-byte mask beats saving mm
     assert choose_saved(nodes, users, {"x", "mm"}, {"mask"}, size) == ["mask"]
     # an unsaveable value (a tuple) forces the cut elsewhere
@@ -170,3 +176,23 @@ def test_retain_graph_backward_twice():
     torch.testing.assert_close(x.grad, 2 * first)
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
         y.sum().backward()
+
+
+def test_residual_stream_is_saved_not_rebuilt_in_the_backward():
+    """Each layer norm's backward reads its input, a running sum of the layers' outputs. Saving
+    every sum costs as many bytes as saving the first value and every layer's output, but the
+    latter rebuilds layer l's sum from l + 1 tensors in the backward: the sums are saved."""
+
+    def fn(x, w0, w1, w2, w3):
+        for w in (w0, w1, w2, w3):
+            x = x + torch.nn.functional.layer_norm(x, (16,)) @ w
+        return (x.sum(),)
+
+    args = [torch.randn(8, 16, requires_grad=True)] + [
+        torch.randn(16, 16, requires_grad=True) for _ in range(4)
+    ]
+    compiled, part = _partitions(fn, args, "min_cut")
+    assert not [n for n in part.recomputed if n.startswith("add")], part.recomputed
+    _, saved_all = _partitions(fn, args, "save_all")
+    assert part.saved_bytes <= saved_all.saved_bytes
+    compare(torch.fx.symbolic_trace(fn), args, compiled=compiled)
