@@ -66,7 +66,10 @@ def _max_pool2d(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode
         for j in range(kw):
             iw = ow * sw - pw + j * dw
             valid = ops.op("logical_and", _inside(ih, height), _inside(iw, width))
-            clamped = [sympy.Max(sympy.Min(ih, height - 1), 0), sympy.Max(sympy.Min(iw, width - 1), 0)]
+            clamped = [
+                sympy.Max(sympy.Min(ih, height - 1), 0),
+                sympy.Max(sympy.Min(iw, width - 1), 0),
+            ]
             v = ctx.load(x, lead + clamped, compute)
             pos = ops.IndexValue(ih * width + iw, torch.int64)
             if best is None:  # the first window position: taken when inside

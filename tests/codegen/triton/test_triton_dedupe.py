@@ -17,9 +17,11 @@ def _two_layers(x, w1, w2, g1, b1, g2, b2):
 
 
 def _inputs():
-    return [torch.randn(8, 64)] + [torch.randn(64, 64) / 8 for _ in range(2)] + [
-        torch.randn(64) for _ in range(4)
-    ]
+    return (
+        [torch.randn(8, 64)]
+        + [torch.randn(64, 64) / 8 for _ in range(2)]
+        + [torch.randn(64) for _ in range(4)]
+    )
 
 
 def test_layers_share_one_kernel_definition():

@@ -104,8 +104,10 @@ class _KernelContext:
             # Triton builds a constant equal to 0 as +0.0 whatever its sign, and negates by
             # subtracting from 0: -0.0 is spelled as its bits (the sign bit alone)
             ty = compute_tl(dtype)
-            bits = ("-9223372036854775808", "tl.int64") if ty == "tl.float64" else (
-                "-2147483648", "tl.int32"
+            bits = (
+                ("-9223372036854775808", "tl.int64")
+                if ty == "tl.float64"
+                else ("-2147483648", "tl.int32")
             )
             return f"tl.full({shape}, {bits[0]}, {bits[1]}).to({ty}, bitcast=True)"
         return f"tl.full({shape}, {render_const(value, dtype)}, {compute_tl(dtype)})"
