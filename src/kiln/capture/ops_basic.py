@@ -19,8 +19,6 @@ from .calls import delete_attr, load_attr, store_attr
 from .interpreter import NULL
 from .sources import CellSource, ConstSource, GlobalSource, ItemSource
 
-_NOTHING = object()
-
 
 @opcode("PRECALL", until=(3, 12))
 @opcode("NOP", "RESUME", "EXTENDED_ARG")
@@ -207,11 +205,12 @@ def load_global(interp, frame, name):
         if tracer.broken is None:
             key = (id(g), name)
             # the same global read again (`F` in every Linear.forward): the first read's
-            # guards cover it
-            if tracer.global_reads.get(key, _NOTHING) is not value:
+            # guards cover it (the entry holds the dictionary too, so its id stays its own)
+            seen = tracer.global_reads.get(key)
+            if seen is None or seen[1] is not value or seen[0] is not g:
                 if key not in tracer.mutated_attrs:
                     tracer.track(value, GlobalSource(g, name, g is interp.root_globals))
-                tracer.global_reads[key] = value
+                tracer.global_reads[key] = (g, value)
         return value
     if name in frame.builtins:
         if tracer.recording:

@@ -83,7 +83,7 @@ class Tracer:
         self.dict_guarded: set[int] = set()  # held objects whose __dict__ is guarded
         self.attr_reads: dict[tuple[int, str], Any] = {}  # (id(held obj), name) -> value read
         self.hooks_guarded: set[int] = set()  # held modules whose hook dicts are guarded
-        self.global_reads: dict[tuple[int, str], Any] = {}  # (id(globals), name) -> value read
+        self.global_reads: dict[tuple[int, str], tuple] = {}  # (id(g), name) -> (g, value)
         self.global_hooks_guarded = False
         self.interp = None  # set by the frontend; consulted to decide if a break can resume
         self.dynamic_policy = None  # (source, tensor) -> dims to make symbolic; set by frontend
