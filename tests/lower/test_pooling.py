@@ -57,7 +57,7 @@ def test_max_pool_matches_eager_on_cpp(case, channels_last):
         _compare(compiled, f, _data(shape, channels_last=channels_last))
 
 
-def test_bf16_pool_after_batch_norm_is_one_kernel():
+def test_bf16_pool_after_batch_norm_stores_the_norm_then_pools():
     bn = torch.nn.BatchNorm2d(8).eval()
     bn.running_mean.normal_()
     bn.running_var.uniform_(0.5, 2)
@@ -70,7 +70,9 @@ def test_bf16_pool_after_batch_norm_is_one_kernel():
     x = torch.randn(2, 8, 12, 12).to(torch.bfloat16).to(memory_format=torch.channels_last)
     args = [a.to(torch.bfloat16) for a in args]
     compiled = compile_graph_strict(make_fx(f)(x, *args), [x, *args])
-    assert compiled.kernel_count == 1, compiled.wrapper_source
+    # the norm is stored once, not computed again at each of the 9 window positions
+    assert compiled.kernel_count == 2, compiled.wrapper_source
+    assert "max_pool2d" not in compiled.wrapper_source
     for _ in range(2):
         x = torch.randn(2, 8, 12, 12).to(torch.bfloat16).to(memory_format=torch.channels_last)
         (got,) = compiled(x, *args)
@@ -97,3 +99,22 @@ def test_max_pool_on_triton_interpreter():
         f = _pool(*params)
         compiled = compile_fn(f, _data(shape, channels_last=True))
         _compare(compiled, f, _data(shape, channels_last=True))
+
+
+def test_pooled_values_keep_eagers_channels_last_layout():
+    """Both results of the multi-output lowering are stored in eager's memory order, so a
+    convolution reading the pooled values gets them channels-last, as in eager."""
+
+    def f(x, w):
+        y = F.max_pool2d(torch.relu(x), 3, 2, 1)
+        return (F.conv2d(y, w), y)
+
+    x = torch.randn(2, 8, 12, 12).to(memory_format=torch.channels_last)
+    w = torch.randn(4, 8, 1, 1).to(memory_format=torch.channels_last)
+    compiled = compile_graph_strict(make_fx(f)(x, w), [x, w])
+    for _ in range(2):
+        x = torch.randn(2, 8, 12, 12).to(memory_format=torch.channels_last)
+        got, want = compiled(x, w), f(x, w)
+        assert got[1].stride() == want[1].stride()
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)

@@ -43,7 +43,12 @@ def dense_order(t: torch.Tensor) -> tuple[int, ...] | None:
 
 def store_in_eager_order(ctx, ref, val) -> object:
     """`ref` (a lowering's result) restored in `val`'s memory order when `ref` is a `Pointwise`
-    with `val`'s shape and `val` is densely permuted; otherwise `ref` unchanged."""
+    with `val`'s shape and `val` is densely permuted; otherwise `ref` unchanged. A lowering
+    with several results (max-pool's values and positions) gives a tuple: each is restored in
+    its own value's order (a channels-last ResNet's pooled values were stored row-major, and
+    both convolutions reading them converted them back)."""
+    if isinstance(ref, tuple) and isinstance(val, (tuple, list)) and len(ref) == len(val):
+        return tuple(store_in_eager_order(ctx, r, v) for r, v in zip(ref, val))
     if not isinstance(ref, BufRef) or not isinstance(val, torch.Tensor):
         return ref
     node = ctx.nodes.get(ref.name)

@@ -60,7 +60,11 @@ def _max_pool2d(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode
     vs = index_vars(len(size))
     lead, oh, ow = list(vs[:-2]), vs[-2], vs[-1]
     compute = compute_dtype(ctx.dtype(x))
-    best, at, seen = None, None, None
+    # Each step reads the running maximum once (NaN-propagating `maximum`) and the position
+    # chain reads it once more: the expressions grow linearly and quadratically with the
+    # window, where a `where` on `v > best` for the values too grew exponentially (25 steps
+    # are 2**25 nodes to anything that walks the tree without sharing).
+    best, at, seen = ops.const(float("-inf"), compute), ops.const(0, torch.int64), None
     for i in range(kh):
         ih = oh * sh - ph + i * dh
         for j in range(kw):
@@ -72,18 +76,16 @@ def _max_pool2d(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode
             ]
             v = ctx.load(x, lead + clamped, compute)
             pos = ops.IndexValue(ih * width + iw, torch.int64)
-            if best is None:  # the first window position: taken when inside
-                take = valid
-                best = ops.where(take, v, ops.const(float("-inf"), compute))
-                at = ops.where(take, pos, ops.const(0, torch.int64))
-                seen = valid
-                continue
-            larger = ops.op("logical_or", ops.op("gt", v, best), ops.op("isnan", v))
-            first = ops.op("logical_not", seen)  # nothing inside yet: take this one
-            take = ops.op("logical_and", valid, ops.op("logical_or", first, larger))
-            best = ops.where(take, v, best)
+            if seen is None:  # the first window position: taken when inside
+                take, seen = valid, valid
+            else:
+                larger = ops.op("logical_or", ops.op("gt", v, best), ops.op("isnan", v))
+                first = ops.op("logical_not", seen)  # nothing inside yet: take this one
+                take = ops.op("logical_and", valid, ops.op("logical_or", first, larger))
+                seen = ops.op("logical_or", seen, valid)
             at = ops.where(take, pos, at)
-            seen = ops.op("logical_or", seen, valid)
+            inside = ops.where(valid, v, ops.const(float("-inf"), compute))
+            best = ops.op("maximum", inside, best)
     values = ctx.pointwise(size, ctx.out[0].dtype, best)
     positions = ctx.pointwise(size, torch.int64, at)
     return values, positions
