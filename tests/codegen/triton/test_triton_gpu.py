@@ -186,3 +186,20 @@ def test_language_model_head_is_computed_at_an_aligned_width():
     c = check(fn, x, w)
     assert "aten_constant_pad_nd" not in c.wrapper_source  # the padding is a kiln kernel
     assert "(512, 50257), (50264, 1)" in c.wrapper_source  # the narrow view of the product
+
+
+def test_guards_see_a_tensor_move_between_devices():
+    """Capture's tensor guard compares a CUDA tensor's device index (not a `torch.device`):
+    the same function called on the GPU, the CPU and the GPU again recompiles for each and
+    returns each result on its input's device."""
+    import kiln
+
+    def f(x):
+        return x * 2 + 1
+
+    compiled = kiln.compile(f)
+    for device in ("cuda", "cpu", "cuda"):
+        x = torch.randn(64, device=device)
+        out = compiled(x)
+        assert out.device == x.device
+        torch.testing.assert_close(out, f(x))
