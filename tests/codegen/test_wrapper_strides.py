@@ -34,3 +34,36 @@ def test_a_stepped_dimension_with_other_strides_is_still_copied_into_place():
     w = torch.randn(16, 8)
     (got,) = compiled(t, w)
     torch.testing.assert_close(got, _f(t, w)[0])
+
+
+def test_forward_wrapper_leaves_guarded_inputs_to_captures_guards():
+    """A forward graph of captured code skips the layout checks capture's guards already make;
+    an input strided differently fails the guard and compiles again, so results stay right."""
+    import logging
+
+    import kiln
+
+    def f(x, w):
+        return torch.relu(x @ w) * 2 + x.sum()
+
+    messages: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    keep = Keep()
+    logging.getLogger("kiln").addHandler(keep)
+    kiln.set_logs("output_code")
+    try:
+        compiled = kiln.compile(f)
+        w = torch.randn(16, 8)
+        for x in (torch.randn(4, 16), torch.randn(16, 4).t(), torch.randn(4, 16)):
+            torch.testing.assert_close(compiled(x, w), f(x, w))
+    finally:
+        kiln.set_logs()
+        logging.getLogger("kiln").removeHandler(keep)
+    wrappers = [m for m in messages if "def call" in m]
+    assert len(wrappers) == 2  # the transposed input recompiled
+    assert all("2 inputs' layouts are checked by capture's guards" in m for m in wrappers)
+    assert not any("arg0.stride()" in m for m in wrappers)

@@ -61,8 +61,11 @@ def eager(gm: torch.fx.GraphModule, example_inputs: list):
     return gm.forward
 
 
-def _graph_compiler(options, captured: torch.fx.GraphModule) -> Callable:
-    """`compile_graph` for one ATen graph of `captured`, or eager ATen kernels if it fails."""
+def _graph_compiler(options, captured: torch.fx.GraphModule, checked=()) -> Callable:
+    """`compile_graph` for one ATen graph of `captured`, or eager ATen kernels if it fails.
+    `checked`: positions of the graph's inputs whose layouts capture's guards check on every
+    call (a forward's inputs are the captured tensors); the wrapper does not check them again
+    (`aten_gm.meta["kiln_checked_inputs"]`)."""
     from ..codegen import compile_graph
     from ..codegen.devices import eager_callable
 
@@ -72,6 +75,8 @@ def _graph_compiler(options, captured: torch.fx.GraphModule) -> Callable:
         said = _Said()  # the code generator logs why when it gives a graph back
         hints = logging.getLogger("kiln.perf_hints")
         hints.addHandler(said)
+        if checked:
+            aten_gm.meta["kiln_checked_inputs"] = tuple(checked)
         try:
             compiled = compile_graph(aten_gm, inputs, options=options)
         except Exception as e:  # a codegen bug must cost speed, not correctness
@@ -135,10 +140,13 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list):
     """
     options = gm.meta.get("kiln_options") if hasattr(gm, "meta") else None
     compiler = _graph_compiler(options, gm)
-    compilers = {"fw_compiler": compiler, "bw_compiler": compiler}
+    # a forward (or inference) graph takes the captured tensors as they are
+    forward = _graph_compiler(options, gm, _tensor_positions(gm, "kiln_checked_inputs"))
+    compilers = {"fw_compiler": forward, "bw_compiler": compiler}
     if options is not None and options.get("triton.cudagraphs"):
         from ..runtime.device_graphs import wrap_compilers
 
+        # replays read static copies of the inputs: the wrapper checks those itself
         compilers = wrap_compilers(compiler, compiler, _device_graph_group(gm))
     return _aot_or_eager("inductor", gm, example_inputs, **compilers)
 
@@ -153,13 +161,17 @@ register_lazy("aot_eager_save_all", "kiln.autograd.backend:aot_eager_save_all", 
 def _device_graph_group(gm: torch.fx.GraphModule):
     from ..runtime.device_graphs import GraphGroup
 
-    meta = getattr(gm, "meta", {})
-    label = meta.get("kiln_label", "a compiled graph")
-    # capture's positions among all inputs -> positions among the tensors AOT graphs take
-    held = set(meta.get("kiln_static_inputs", ()))
-    tensors = [i for i, n in enumerate(gm.graph.find_nodes(op="placeholder")) if _is_tensor(n)]
-    static = [k for k, i in enumerate(tensors) if i in held]
+    label = getattr(gm, "meta", {}).get("kiln_label", "a compiled graph")
+    static = _tensor_positions(gm, "kiln_static_inputs")
     return GraphGroup(label=str(label), static_inputs=static)
+
+
+def _tensor_positions(gm: torch.fx.GraphModule, key: str) -> list[int]:
+    """Capture's positions (`gm.meta[key]`) among all inputs, as positions among the tensor
+    inputs, which the AOT graphs take."""
+    chosen = set(getattr(gm, "meta", {}).get(key, ()))
+    tensors = [i for i, n in enumerate(gm.graph.find_nodes(op="placeholder")) if _is_tensor(n)]
+    return [k for k, i in enumerate(tensors) if i in chosen]
 
 
 def _is_tensor(placeholder: torch.fx.Node) -> bool:

@@ -277,6 +277,11 @@ class CompiledFunction:
             logs.log("graph", lambda: f"graph of {self.label}:\n{gm.print_readable(False)}")
             example_inputs = [t for _, t, _ in tracer.placeholders]
             gm.meta["kiln_static_inputs"] = _held_positions(tracer, example_inputs)
+            gm.meta["kiln_checked_inputs"] = tuple(
+                i
+                for i, (_, _, n) in enumerate(tracer.placeholders)
+                if n.meta.get("kiln_layout_guarded")
+            )
             backend = lookup_backend(self.opts.backend)
             self.compiles += 1
             compiled = backend(gm, example_inputs)

@@ -223,6 +223,9 @@ class Tracer:
             else:
                 self._example_later(node, t)
             self.guards.add(G.tensor_guard(source, t))
+            # its type, dtype, device, sizes and strides are checked on every call: code
+            # generators need not check them again (gm.meta["kiln_checked_inputs"])
+            node.meta["kiln_layout_guarded"] = True
 
     def _placeholder(self, source: Source) -> fx.Node:
         """A graph input fetched from `source`, named after it, before the first op."""

@@ -31,7 +31,7 @@ from .compiled import CompiledGraph, make_namespace
 from .cpp.renderer import render_module
 from .devices import eager_callable
 from .restride import functionalize_restrides
-from .wrapper import OUT_VARIANTS, render_wrapper
+from .wrapper import OUT_VARIANTS, checked_input_names, render_wrapper
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, options: Options | None = None):
@@ -61,7 +61,7 @@ def compile_graph_strict(gm, example_inputs, *, options: Options | None = None) 
     )
     module = render_module(sched)
     params = {k.name: k.params for k in module.kernels}
-    wrapper = render_wrapper(sched, params)
+    wrapper = render_wrapper(sched, params, checked_input_names(gm, graph.inputs))
     logs.log(
         "output_code",
         lambda: f"C++ kernels:\n{module.source}\nwrapper:\n{wrapper.source}",

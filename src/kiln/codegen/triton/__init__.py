@@ -35,6 +35,7 @@ from ..bindings import fast_externs
 from ..compiled import CompiledGraph
 from ..devices import eager_callable
 from ..pad_mm import pad_matmuls
+from ..wrapper import checked_input_names
 from ..restride import functionalize_restrides
 from .renderer import TritonKernel, TritonModule, render_module
 from .wrapper import render_wrapper
@@ -79,7 +80,7 @@ def compile_graph_strict(
     emulate = options.get("triton.emulate_precision_casts") if options is not None else False
     module = render_module(sched, emulate_casts=emulate)
     kernels = {k.name: k for k in module.kernels}
-    wrapper = render_wrapper(sched, kernels)
+    wrapper = render_wrapper(sched, kernels, checked_input_names(gm, graph.inputs))
     logs.log("output_code", lambda: f"Triton kernels:\n{module.source}\nwrapper:\n{wrapper.source}")
     summary = extern_summary(sched.graph)
     if summary:

@@ -31,6 +31,7 @@ from ..wrapper import (
     _tuple,
     boxed_header,
     indexed_by_layout,
+    skipped_checks_line,
     strides_differ,
 )
 from .renderer import TritonKernel
@@ -43,12 +44,16 @@ def _launch(kernel: TritonKernel, members: str) -> str:
     return f"{kernel.name}[{_tuple(p.grid)}]({args}{consts}, num_warps={p.num_warps})  # {members}"
 
 
-def render_wrapper(sched: Schedule, kernels: dict[str, TritonKernel]) -> WrapperProgram:
+def render_wrapper(
+    sched: Schedule, kernels: dict[str, TritonKernel], checked=frozenset()
+) -> WrapperProgram:
     graph = sched.graph
     nodes = graph.node_map()
-    lines = boxed_header(graph.inputs)
+    lines = boxed_header(graph.inputs) + skipped_checks_line(checked, graph.inputs)
     lines.append("    device = _default_device")
     for name in graph.inputs:
+        if name in checked:
+            continue
         lay = nodes[name].layout
         size, stride = _tuple(lay.size), _tuple(lay.stride)
         test = strides_differ(name, lay.size, lay.stride)
