@@ -35,8 +35,8 @@ from ..bindings import fast_externs
 from ..compiled import CompiledGraph
 from ..devices import eager_callable
 from ..pad_mm import pad_matmuls
-from ..wrapper import checked_input_names
 from ..restride import functionalize_restrides
+from ..wrapper import checked_input_names
 from .renderer import TritonKernel, TritonModule, render_module
 from .wrapper import render_wrapper
 
