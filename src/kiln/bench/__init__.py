@@ -2,7 +2,8 @@
 
 In: command-line choices and the model suite in the repository's `benchmarks/models/`.
 Out: result rows (correctness vs eager, cold compile time, steady-state time, peak memory,
-graphs and breaks) on the terminal and as JSON, Markdown and a PNG chart.
+graphs and breaks, and fallbacks: graphs that ran on eager kernels because kiln gave up on
+them, which mark a correct row `yes*`) on the terminal and as JSON, Markdown and a PNG chart.
 
 cli.py      argument parsing, suite presets applied, the run loop, `kiln demo`
 suite.py    presets (`--suite cpu|gpu`), loading benchmarks/models by path, the task list
