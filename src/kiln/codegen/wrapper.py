@@ -121,9 +121,23 @@ def checked_input_names(gm, inputs) -> frozenset:
     return frozenset(inputs[k] for k in positions if k < len(inputs))
 
 
-def skipped_checks_line(checked, inputs) -> list[str]:
+def input_checks(inputs, nodes: dict, checked=frozenset(), device: bool = False) -> list[str]:
+    """Lines checking each input's shape and strides (and, `device`, that it is on the graph's
+    device), copying a differently strided one into place; inputs in `checked` are left to
+    the caller's guards, with a comment saying how many."""
     n = sum(name in checked for name in inputs)
-    return [f"    # {n} inputs' layouts are checked by capture's guards, not here"] if n else []
+    lines = [f"    # {n} inputs' layouts are checked by capture's guards, not here"] if n else []
+    for name in inputs:
+        if name in checked:
+            continue
+        lay = nodes[name].layout
+        size, stride = _tuple(lay.size), _tuple(lay.stride)
+        tests = [strides_differ(name, lay.size, lay.stride), f"{name}.shape != {size}"]
+        if device:
+            tests.append(f"{name}.get_device() != _device_index")
+        fix = f"_fix_input({name}, {name!r}, {size}, {stride}{', device' if device else ''})"
+        lines.append(f"    if {' or '.join(t for t in tests if t)}: {name} = {fix}")
+    return lines
 
 
 def render_wrapper(
@@ -131,17 +145,7 @@ def render_wrapper(
 ) -> WrapperProgram:
     graph = sched.graph
     nodes = graph.node_map()
-    lines = boxed_header(graph.inputs) + skipped_checks_line(checked, graph.inputs)
-    for name in graph.inputs:
-        if name in checked:
-            continue
-        lay = nodes[name].layout
-        size, stride = _tuple(lay.size), _tuple(lay.stride)
-        test = strides_differ(name, lay.size, lay.stride)
-        lines.append(
-            f"    if {test + ' or ' if test else ''}{name}.shape != {size}: "
-            f"{name} = _fix_input({name}, {name!r}, {size}, {stride})"
-        )
+    lines = boxed_header(graph.inputs) + input_checks(graph.inputs, nodes, checked)
     lines.extend(_arena_header(sched, nodes))
     kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
     read_by_kernel = indexed_by_layout(sched, nodes, kernel_params.values())

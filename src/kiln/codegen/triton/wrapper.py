@@ -31,8 +31,7 @@ from ..wrapper import (
     _tuple,
     boxed_header,
     indexed_by_layout,
-    skipped_checks_line,
-    strides_differ,
+    input_checks,
 )
 from .renderer import TritonKernel
 
@@ -49,19 +48,8 @@ def render_wrapper(
 ) -> WrapperProgram:
     graph = sched.graph
     nodes = graph.node_map()
-    lines = boxed_header(graph.inputs) + skipped_checks_line(checked, graph.inputs)
-    lines.append("    device = _default_device")
-    for name in graph.inputs:
-        if name in checked:
-            continue
-        lay = nodes[name].layout
-        size, stride = _tuple(lay.size), _tuple(lay.stride)
-        test = strides_differ(name, lay.size, lay.stride)
-        lines.append(
-            f"    if {test + ' or ' if test else ''}{name}.shape != {size} or "
-            f"{name}.get_device() != _device_index: "
-            f"{name} = _fix_input({name}, {name!r}, {size}, {stride}, device)"
-        )
+    lines = boxed_header(graph.inputs) + ["    device = _default_device"]
+    lines += input_checks(graph.inputs, nodes, checked, device=True)
     lines.append("    with _device_guard(device):")
     body: list[str] = []
     kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
