@@ -20,6 +20,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..lower.graph import ensure_meta
+from ..lower.layouts import empty_with_layout
 
 aten = torch.ops.aten
 MIN_WORK = 1 << 30  # multiply-adds
@@ -80,10 +81,8 @@ def _refake(mode: FakeTensorMode, v):
     """A fake tensor of `mode` with `v`'s size, strides, offset, dtype and device."""
     if not isinstance(v, torch.Tensor):
         return v
-    span = v.storage_offset() + sum((s - 1) * st for s, st in zip(v.shape, v.stride())) + 1
     with mode:
-        base = torch.empty(span if v.numel() else 0, dtype=v.dtype, device=v.device)
-        return base.as_strided(v.shape, v.stride(), v.storage_offset() if v.numel() else 0)
+        return empty_with_layout(v)
 
 
 def _padding(node, devices) -> int:

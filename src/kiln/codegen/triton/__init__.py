@@ -26,6 +26,7 @@ from ... import logs
 from ...lower import GraphUnsupported, extern_summary, lower_graph
 from ...lower.graph import ensure_meta
 from ...lower.ir import LoopGraph
+from ...lower.layouts import empty_with_layout
 from ...options import Options
 from ...runtime.triton_builder import TritonNotFound, load, prestart, require_triton
 from ...runtime.triton_interpret import is_interpreting
@@ -176,11 +177,7 @@ def _graph_device(example_inputs, graph: LoopGraph) -> torch.device:
 
 def _standin(t: torch.Tensor) -> torch.Tensor:
     """A CPU tensor with `t`'s layout (lower/ reads layouts only; untouched pages cost nothing)."""
-    if t.device.type == "cpu":
-        return t
-    span = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1
-    base = torch.empty(max(span, 1) if t.numel() else 0, dtype=t.dtype)
-    return base.as_strided(t.shape, t.stride(), t.storage_offset() if t.numel() else 0)
+    return t if t.device.type == "cpu" else empty_with_layout(t, "cpu")
 
 
 class _StandinModule:
