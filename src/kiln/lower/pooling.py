@@ -22,6 +22,7 @@ from . import ops
 from .indexing import index_vars
 from .ir import compute_dtype
 from .registry import Unsupported, register_lowering
+from .views import _in_range  # lo <= index < hi, as a loop-IR condition
 
 MAX_WINDOW = 25  # unrolled window elements per output (5 x 5)
 
@@ -36,13 +37,6 @@ def _pair(v, default=None) -> tuple[int, int]:
 
 def _too_many(v):
     raise Unsupported(f"pooling parameter {v!r} has more than two entries")
-
-
-def _inside(expr, size: int):
-    """0 <= expr < size, as a boolean loop-IR expression of the loop index."""
-    at = ops.IndexValue(expr, torch.int64)
-    lo = ops.op("ge", at, ops.const(0, torch.int64))
-    return ops.op("logical_and", lo, ops.op("lt", at, ops.const(size, torch.int64)))
 
 
 @register_lowering("max_pool2d_with_indices.default")
@@ -69,7 +63,7 @@ def _max_pool2d(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode
         ih = oh * sh - ph + i * dh
         for j in range(kw):
             iw = ow * sw - pw + j * dw
-            valid = ops.op("logical_and", _inside(ih, height), _inside(iw, width))
+            valid = ops.op("logical_and", _in_range(ih, 0, height), _in_range(iw, 0, width))
             clamped = [
                 sympy.Max(sympy.Min(ih, height - 1), 0),
                 sympy.Max(sympy.Min(iw, width - 1), 0),

@@ -87,6 +87,15 @@ def _warps(elements: int) -> int:
     return 1
 
 
+def _steps(ld, nodes: dict, names) -> list | None:
+    """How far in memory load `ld` moves per step of each loop variable in `names`; None when
+    its position is not affine in them alone."""
+    pos = linearize(ld.index, nodes[ld.buf].layout.stride)
+    if sympy.sympify(pos).free_symbols - set(names) or not is_affine(pos, names):
+        return None
+    return affine_coefficients(pos, names)[0]
+
+
 def _tile_split(kernel: Kernel, nodes: dict) -> int:
     """A split point that makes a transposed read coalesced, or 0 (no tiling)."""
     sizes = {tuple(nodes[m.name].size) for m in kernel.members}
@@ -99,13 +108,8 @@ def _tile_split(kernel: Kernel, nodes: dict) -> int:
     vs = index_vars(n)
     for m in kernel.members:
         for ld in loads(nodes[m.name].body):
-            node = nodes[ld.buf]
-            lay = node.layout
-            pos = linearize(ld.index, lay.stride)
-            if sympy.sympify(pos).free_symbols - set(vs) or not is_affine(pos, vs):
-                continue
-            coeffs, _ = affine_coefficients(pos, vs)
-            if coeffs[-1] in (0, 1):
+            coeffs = _steps(ld, nodes, vs)
+            if coeffs is None or coeffs[-1] in (0, 1):
                 continue
             for d in range(n - 2, -1, -1):
                 if coeffs[d] == 1 and size[d] >= TILE // 2:
@@ -128,11 +132,9 @@ def _reduces_across_rows(kernel: Kernel, nodes: dict) -> bool:
         if not xs or not rs:
             continue
         for ld in loads(node.body):
-            pos = linearize(ld.index, nodes[ld.buf].layout.stride)
-            names = list(xs) + list(rs)
-            if sympy.sympify(pos).free_symbols - set(names) or not is_affine(pos, names):
+            coeffs = _steps(ld, nodes, xs + rs)
+            if coeffs is None:
                 continue
-            coeffs, _ = affine_coefficients(pos, names)
             x_step, r_step = coeffs[len(xs) - 1], coeffs[-1]
             if x_step or r_step:
                 votes.append(x_step == 1 and r_step not in (0, 1))
