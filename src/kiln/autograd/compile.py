@@ -14,7 +14,10 @@ The pipeline, one named call a pass (`_compile_entry`):
 
 A compiled callable holds one entry per (grad mode, which inputs require grad, non-tensor input
 values): the same graph called under `torch.no_grad()` compiles once more, forward only.
-Capture guards shapes and dtypes, so they are not part of the key.
+Capture guards shapes and dtypes, so they are not part of the key. When capture also guards
+everything the key is made of (`gm.meta["kiln_fixed_call_key"]`: every input a tensor whose
+requires_grad is guarded, and the grad mode), there is one entry and no key is computed per call:
+a model passes each parameter, and the key cost a pass over all of them.
 
 The compilers receive the graph and a list of fake tensors with its placeholders' shapes,
 strides, dtypes and devices (also in each placeholder's `meta["val"]`); they return a callable
@@ -68,6 +71,9 @@ class AotCompiled:
         self.decompositions = decompositions
         self.partition = partition
         self.entries: dict[tuple, InferenceEntry | TrainingEntry] = {}
+        # capture's guards fix the key (see the module doc): the one entry, once compiled
+        self.fixed_key = bool(getattr(gm, "meta", {}).get("kiln_fixed_call_key"))
+        self.only: InferenceEntry | TrainingEntry | None = None
         self.partitions: dict[tuple, Partition] = {}  # training entries' partition records
 
     @staticmethod
@@ -81,16 +87,21 @@ class AotCompiled:
             if t in _TENSOR_TYPES or isinstance(a, torch.Tensor):
                 rg.append(a.requires_grad)
             elif t in _PLAIN_TYPES or isinstance(a, (int, float, str)):  # IntEnum: by value
-                rg.append(a)
+                rg.append((a,))  # not a bare bool: a tensor's slot holds its requires_grad
             else:
                 rg.append(t)
         return (torch.is_grad_enabled(), tuple(rg))
 
     def __call__(self, *args: Any) -> Any:
+        only = self.only
+        if only is not None:
+            return only(args)
         key = self.key(args)
         entry = self.entries.get(key)
         if entry is None:
             entry = self.entries[key] = self._compile_entry(list(args), key)
+        if self.fixed_key:
+            self.only = entry
         return entry(args)
 
     def _compile_entry(self, args: list, key: tuple):
@@ -100,7 +111,7 @@ class AotCompiled:
             fwd = trace_inference(self.gm, meta, args, grad_enabled, self.decompositions)
             logs.log("aot_graphs", lambda: "inference graph:\n" + _readable(fwd.gm))
             compiled = self.inference_compiler(fwd.gm, _example_inputs(fwd.gm))
-            return InferenceEntry(meta, compiled)
+            return InferenceEntry(meta, compiled, _all_tensors(args))
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         fwd = trace_functional_forward(self.gm, meta, args, grad_enabled)
         joint = trace_joint(fwd, tensors, self.decompositions)
@@ -122,7 +133,13 @@ class AotCompiled:
             num_tensor_inputs=len(tensors),
             clone_saved=_saved_mutated_inputs(part, meta.mutated, args),
         )
-        return TrainingEntry(meta, plan)
+        return TrainingEntry(meta, plan, _all_tensors(args))
+
+
+def _all_tensors(args: list) -> bool:
+    """Every input is a tensor: an entry passes them on without filtering. (The key records
+    which positions are tensors, so an entry's calls all have the same ones.)"""
+    return all(isinstance(a, torch.Tensor) for a in args)
 
 
 _TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
@@ -179,5 +196,7 @@ def aot_compile(
         partition,
     )
     key = compiled.key(example_inputs)
-    compiled.entries[key] = compiled._compile_entry(list(example_inputs), key)
+    entry = compiled.entries[key] = compiled._compile_entry(list(example_inputs), key)
+    if compiled.fixed_key:
+        compiled.only = entry
     return compiled

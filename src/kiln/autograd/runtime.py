@@ -132,24 +132,29 @@ def _finish(meta: GraphMeta, args, outs) -> Any:
 class TrainingEntry:
     """Compiled forward + backward for one (grad mode, requires_grad pattern) of the inputs."""
 
-    def __init__(self, meta: GraphMeta, plan: TrainingPlan):
+    def __init__(self, meta: GraphMeta, plan: TrainingPlan, tensor_only: bool = False):
         self.meta = meta
         self.plan = plan
+        self.tensor_only = tensor_only  # every input is a tensor: nothing to filter out
 
     def __call__(self, args) -> Any:
         with torch.enable_grad():
-            outs = CompiledFunction.apply(self.plan, *_tensors(args))
+            tensors = args if self.tensor_only else _tensors(args)
+            outs = CompiledFunction.apply(self.plan, *tensors)
         return _finish(self.meta, args, outs)
 
 
 class InferenceEntry:
     """One compiled forward graph; nothing in it needs a gradient."""
 
-    def __init__(self, meta: GraphMeta, forward: Callable):
+    def __init__(self, meta: GraphMeta, forward: Callable, tensor_only: bool = False):
         self.meta = meta
         self.forward = forward
+        self.tensor_only = tensor_only  # every input is a tensor: nothing to filter out
 
     def __call__(self, args) -> Any:
         with torch.no_grad():
-            outs = call_compiled(self.forward, _tensors(args))
+            # a fresh list either way: a boxed callable empties the one it is given
+            tensors = list(args) if self.tensor_only else _tensors(args)
+            outs = call_compiled(self.forward, tensors)
         return _finish(self.meta, args, outs)

@@ -282,6 +282,11 @@ class CompiledFunction:
                 for i, (_, _, n) in enumerate(tracer.placeholders)
                 if n.meta.get("kiln_layout_guarded")
             )
+            # every tensor input has a tensor guard (requires_grad included) and the grad mode
+            # is always guarded: with no other inputs, AOT's per-call key cannot change
+            gm.meta["kiln_fixed_call_key"] = all(
+                isinstance(t, torch.Tensor) for t in example_inputs
+            )
             backend = lookup_backend(self.opts.backend)
             self.compiles += 1
             compiled = backend(gm, example_inputs)
