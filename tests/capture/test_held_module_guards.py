@@ -156,3 +156,44 @@ def test_emptied_slot_recompiles_and_matches_eager(empty):
     empty(mod)
     _check_fresh_inputs(cm, mod)
     assert len(backend.graphs) == 2
+
+
+class Scaled(nn.Module):
+    """One constant attribute (`scale`) beside the hook dictionaries: a one-key table row."""
+
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return x * 2 if self.scale is True else x * self.scale
+
+
+@pytest.mark.parametrize("before, after", [(1, True), (1.0, 1), (2, 3)])
+def test_attribute_of_another_type_or_value_recompiles(before, after):
+    """Attribute constants are checked per object, types before values: `1 == True == 1.0`
+    must not let an entry traced for one run for the other."""
+    torch.manual_seed(0)
+    mod = Scaled(before)
+    backend = CountingBackend()
+    cm = kiln.compile(mod, backend=backend)
+    for value, graphs in ((before, 1), (after, 2)):
+        mod.scale = value
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(cm(x), mod(x))
+        assert len(backend.graphs) == graphs
+
+
+def test_many_attributes_of_many_modules_each_change_is_seen():
+    torch.manual_seed(0)
+    mod = nn.Sequential(*[nn.BatchNorm1d(4) for _ in range(3)]).eval()
+    backend = CountingBackend()
+    cm = kiln.compile(mod, backend=backend)
+    with torch.no_grad():
+        for k, (name, value) in enumerate([("eps", 0.3), ("momentum", 0.5), ("affine", False)]):
+            x = torch.randn(5, 4)
+            torch.testing.assert_close(cm(x), mod(x))
+            assert len(backend.graphs) == k + 1
+            setattr(mod[k], name, value)
+        x = torch.randn(5, 4)
+        torch.testing.assert_close(cm(x), mod(x))
