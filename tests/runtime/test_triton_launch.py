@@ -76,7 +76,7 @@ def test_tensor_only_kernel_launches_raw_and_falls_back_for_misaligned_views():
     kernel = FastKernel(_copy2())
     launch = kernel[(2,)]
     base = torch.randn(1024 + 1, device="cuda")
-    for i in range(3):
+    for _ in range(3):
         x = torch.randn(512, device="cuda")
         out = torch.empty(512, device="cuda")
         launch(x, out, XBLOCK=256, num_warps=4)
@@ -102,6 +102,7 @@ def test_launch_hooks_see_every_launch():
     launch(x, out, XBLOCK=256, num_warps=4)
     seen = []
     hook = knobs.runtime.launch_enter_hook
+
     def record(meta):
         seen.append(meta)
 

@@ -28,6 +28,7 @@ over `torch.cuda.CUDAGraph`, is the one implementation. Another device registers
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Sequence
 
 import torch
@@ -177,6 +178,8 @@ class GraphedCallable:
         self.pending: set[tuple] = set()
         self.pending_step = current_step()
         self.backward_of: GraphedCallable | None = None  # set on a backward: its forward
+        self._statics_of = -1  # the input count `_split` last classified positions for
+        self._statics: frozenset[int] = frozenset()
 
     # -- plain execution -------------------------------------------------------------------
     def _run(self, args: list) -> tuple:
@@ -200,25 +203,45 @@ class GraphedCallable:
             self.failed[key] = reason
 
     # -- signatures ------------------------------------------------------------------------
-    def _is_static(self, i: int, a: torch.Tensor) -> bool:
-        return i in self.static_positions or isinstance(a, torch.nn.Parameter)
+    def _is_static(self, i: int) -> bool:
+        return i in self._statics
+
+    def _split(self, args: list) -> tuple[Any, tuple[int, ...]]:
+        """Which positions are static, fixed at the first call: those the caller named and those
+        holding an `nn.Parameter` then. Gives a getter of the static inputs (one C call per
+        signature, rather than a Python test per input: a model passes every parameter) and
+        the other positions."""
+        if self._statics_of != len(args):
+            statics = sorted(
+                i
+                for i, a in enumerate(args)
+                if isinstance(a, torch.Tensor)
+                and (i in self.static_positions or isinstance(a, torch.nn.Parameter))
+            )
+            self._statics = frozenset(statics)
+            self._others = tuple(i for i in range(len(args)) if i not in self._statics)
+            self._pick = _getter(statics)
+            self._statics_of = len(args)
+        return self._pick, self._others
 
     def _signature(self, args: list) -> tuple:
         """What selects a graph: a static input by its address (a graph reads it in place, so
         another tensor there needs another graph), any other tensor by its layout."""
+        pick, others = self._split(args)
+        try:
+            ptrs = tuple(map(_DATA_PTR, pick(args)))
+        except (AttributeError, TypeError):  # a static position holds no tensor this time
+            ptrs = tuple(map(_address_or_type, pick(args)))
         sig = []
-        static = self.static_positions
-        for i, a in enumerate(args):
+        for i in others:
+            a = args[i]
             if isinstance(a, torch.Tensor):
-                if i in static or isinstance(a, torch.nn.Parameter):
-                    sig.append(a.data_ptr())
-                else:
-                    sig.append((a.shape, a.stride(), a.dtype, a.device))
+                sig.append((a.shape, a.stride(), a.dtype, a.device))
             elif isinstance(a, (int, float, bool, str, type(None))):
                 sig.append((type(a), a))
             else:
                 sig.append(type(a))
-        return tuple(sig)
+        return ptrs, tuple(sig)
 
     def _implementation(self, args: list) -> tuple[str | None, str]:
         types = {a.device.type for a in args if isinstance(a, torch.Tensor)}
@@ -318,9 +341,7 @@ class GraphedCallable:
             return self._fallback(key, why, args)
         rec = _Recorded(graph, static_inputs, outs, Generation(self.group.label), impl_name)
         rec.copied = [
-            i
-            for i, a in enumerate(args)
-            if isinstance(a, torch.Tensor) and not self._is_static(i, a)
+            i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not self._is_static(i)
         ]
         self.recorded[key] = rec
         return self._replay(key, rec, impl_name, args)
@@ -328,17 +349,23 @@ class GraphedCallable:
     def _static_copy(self, i: int, a: Any) -> Any:
         if not isinstance(a, torch.Tensor):
             return a
-        if self._is_static(i, a):
+        if self._is_static(i):
             return a.detach()
         buf = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
         return buf.copy_(a)
 
     def _replay(self, key: tuple, rec: _Recorded, impl_name: str, args: list) -> tuple:
+        dst, src = [], []
         for i in rec.copied:
             a, s = args[i], rec.static_inputs[i]
             if a.data_ptr() != s.data_ptr():
-                s.copy_(a)
-        del args
+                dst.append(s)
+                src.append(a)
+        if len(dst) > 1:  # one launch for all (a decode step copies its token ids, position
+            torch._foreach_copy_(dst, src)  # and two KV caches)
+        elif dst:
+            dst[0].copy_(src[0])
+        del args, src
         IMPLEMENTATIONS[impl_name].replay(rec.graph)
         rec.generation.count += 1
         if self.pending_tracking:
@@ -349,6 +376,23 @@ class GraphedCallable:
             GraphOutput.wrap(o, rec.generation) if isinstance(o, torch.Tensor) else o
             for o in rec.outputs
         )
+
+
+_DATA_PTR = operator.methodcaller("data_ptr")
+
+
+def _address_or_type(a: Any) -> Any:
+    return a.data_ptr() if isinstance(a, torch.Tensor) else (type(a), a)
+
+
+def _getter(positions: Sequence[int]) -> Callable[[list], tuple]:
+    """`args -> tuple(args[i] for i in positions)`, in C for two or more positions."""
+    if len(positions) > 1:
+        return operator.itemgetter(*positions)
+    if positions:
+        (i,) = positions
+        return lambda args: (args[i],)
+    return lambda args: ()
 
 
 def _replay_differs(impl: DeviceGraphs, graph, outs: tuple, run: Callable[[], Any]) -> str:
@@ -406,8 +450,6 @@ def wrap_compilers(
 
     def inference(gm, example_inputs):
         compiled = fw_compiler(gm, example_inputs)
-        return GraphedCallable(
-            compiled, group, name="inference", static_inputs=group.static_inputs
-        )
+        return GraphedCallable(compiled, group, name="inference", static_inputs=group.static_inputs)
 
     return {"fw_compiler": fw, "bw_compiler": bw, "inference_compiler": inference}
