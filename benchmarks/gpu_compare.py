@@ -2,10 +2,11 @@
 
 Builds `MODELS[name]` (benchmarks/models, size "large", bfloat16, CUDA), compiles it with kiln
 and with torch.compile in the given mode, checks kiln against eager, and prints each one's best
-time per call (best of 5 x 50 calls, synchronized) and cold compile time; `--profile` adds the
-CUDA kernels kiln's call spends its time in. Unlike `kiln bench` (one fresh process per row,
-three workers at once), both compilers are timed here back to back in one quiet process, which
-is what a kernel-level comparison needs.
+time per call (best of 5 x 50 calls, synchronized), the CPU time and synchronized latency of
+one call started on an idle device (what `kiln bench` times), and cold compile time;
+`--profile` adds the CUDA kernels kiln's call spends its time in. Unlike `kiln bench` (one
+fresh process per row, three workers at once), both compilers are timed here back to back in
+one quiet process, which is what a kernel-level comparison needs.
 
 Usage: PYTHONPATH=src python3 benchmarks/gpu_compare.py MODEL [--mode reduce-overhead] [--profile]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -43,6 +45,22 @@ def best_ms(fn, inputs, n: int = 50) -> float:
     return best
 
 
+def call_us(fn, inputs, n: int = 200) -> tuple[float, float]:
+    """(median CPU microseconds until a call returns, median synchronized latency in microseconds)
+    with the device idle at each call's start: what `kiln bench` times per call is the second;
+    the first is the part of it the Python side (guards, wrappers, launches) costs."""
+    cpu, lat = [], []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn(*inputs)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        cpu.append(t1 - t0)
+        lat.append(time.perf_counter() - t0)
+    return statistics.median(cpu) * 1e6, statistics.median(lat) * 1e6
+
+
 def compare(name: str, mode: str | None, profile: bool) -> None:
     import kiln
 
@@ -60,10 +78,13 @@ def compare(name: str, mode: str | None, profile: bool) -> None:
         t(*inputs)
         torch_compile = time.perf_counter() - t0
         torch_ms = best_ms(t, inputs)
+        (k_cpu, k_lat), (t_cpu, t_lat) = call_us(k, inputs), call_us(t, inputs)
         print(
             f"{name} mode={mode}: eager {eager:.3f} ms, kiln {kiln_ms:.3f} ms, torch.compile "
             f"{torch_ms:.3f} ms; compile s kiln {kiln_compile:.1f}, torch {torch_compile:.1f}; "
-            f"kiln max |error| vs eager {err:.3g} (largest output {ref.abs().max().item():.3g})"
+            f"kiln max |error| vs eager {err:.3g} (largest output {ref.abs().max().item():.3g}); "
+            f"one call from an idle device: CPU us kiln {k_cpu:.0f}, torch {t_cpu:.0f}; "
+            f"synchronized latency us kiln {k_lat:.0f}, torch {t_lat:.0f}"
         )
         if profile:
             from torch.profiler import ProfilerActivity
