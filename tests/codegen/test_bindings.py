@@ -31,8 +31,10 @@ def _samples():
     x, w, b = _m(8, 4), _m(4, 6), _m(6)
     q = torch.randn(2, 3, 16, 8, device="meta", dtype=torch.float16)
     s = {
-        _aten.convolution.default: ((_m(2, 3, 8, 8), _m(4, 3, 3, 3), None, [1, 1], [1, 1], [1, 1],
-                                     False, [0, 0], 1), {}),  # fmt: skip
+        _aten.convolution.default: (
+            (_m(2, 3, 8, 8), _m(4, 3, 3, 3), None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
+            {},
+        ),  # fmt: skip
         _aten.mm.default: ((x, w), {}),
         _aten.mm.out: ((x, w), {"out": _m(8, 6)}),
         _aten.addmm.default: ((b, x, w), {}),
@@ -42,8 +44,10 @@ def _samples():
         _aten.baddbmm.default: ((_m(2, 8, 6), _m(2, 8, 4), _m(2, 4, 6)), {"beta": 0.5}),
         _aten.baddbmm.out: ((_m(2, 8, 6), _m(2, 8, 4), _m(2, 4, 6)), {"out": _m(2, 8, 6)}),
         _aten.max_pool2d_with_indices.default: ((_m(2, 3, 8, 8), [3, 3], [2, 2], [1, 1]), {}),
-        _aten.embedding.default: ((_m(10, 4), torch.zeros(3, dtype=torch.int64, device="meta")),
-                                  {}),  # fmt: skip
+        _aten.embedding.default: (
+            (_m(10, 4), torch.zeros(3, dtype=torch.int64, device="meta")),
+            {},
+        ),  # fmt: skip
         _aten.cumsum.default: ((_m(4, 5), -1), {}),
     }
     attention = {

@@ -106,9 +106,11 @@ def test_mark_step_begin_is_public():
 
 
 def _bn_net(device="cpu"):
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()
-    ).to(device).eval()
+    return (
+        torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
+        .to(device)
+        .eval()
+    )
 
 
 def test_parameters_and_buffers_are_static_positions_of_the_group():
