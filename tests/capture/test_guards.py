@@ -195,3 +195,30 @@ def test_module_built_inside_forward_does_not_recompile():
         x = torch.randn(2, 3)
         torch.testing.assert_close(cm(x), mod(x))
     assert len(backend.graphs) == 1
+
+
+def test_cuda_device_check_reads_the_index_only_with_several_devices(monkeypatch):
+    """A CUDA tensor's guard reads `is_cuda`, plus `get_device()` when the process sees more
+    than one CUDA device (with one, `is_cuda` already says which); it never builds a
+    `torch.device` per call. Checked on stand-ins, so it runs without a GPU."""
+    from kiln.capture.guards import _device_check
+
+    class On:
+        def __init__(self, cuda, index):
+            self.is_cuda, self._index = cuda, index
+
+        def get_device(self):
+            return self._index
+
+    def holds(check, t):
+        return eval(check.format(s="t"), {"t": t})
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    one = _device_check(torch.device("cuda", 0))
+    assert "get_device" not in one
+    assert holds(one, On(True, 0)) and not holds(one, On(False, -1))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    for index in (0, 1):
+        several = _device_check(torch.device("cuda", index))
+        assert holds(several, On(True, index))
+        assert not holds(several, On(True, 1 - index)) and not holds(several, On(False, -1))

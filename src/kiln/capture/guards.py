@@ -185,6 +185,8 @@ def _device_check(device: torch.device) -> str:
     if device.type == "cpu":
         return "{s}.is_cpu"
     if device.type == "cuda" and device.index is not None:
+        if device.index == 0 and torch.cuda.device_count() == 1:
+            return "{s}.is_cuda"  # the process sees one CUDA device: is_cuda says which
         return f"({{s}}.is_cuda and {{s}}.get_device() == {device.index})"
     return "{s}.device == {dev}"
 
