@@ -148,7 +148,12 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list):
 
         # replays read static copies of the inputs: the wrapper checks those itself
         compilers = wrap_compilers(compiler, compiler, _device_graph_group(gm))
-    return _aot_or_eager("inductor", gm, example_inputs, **compilers)
+    try:
+        return _aot_or_eager("inductor", gm, example_inputs, **compilers)
+    finally:  # the graph is compiled: idle compile workers would slow its calls
+        from ..runtime.triton_builder import release_workers
+
+        release_workers()
 
 
 register_lazy("aot_eager", "kiln.autograd.backend:aot_eager")
