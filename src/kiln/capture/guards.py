@@ -9,7 +9,6 @@ the value that broke it (what `KILN_LOGS=recompiles` prints).
 from __future__ import annotations
 
 import math
-import operator
 from typing import Any, Callable
 
 import torch
@@ -287,9 +286,6 @@ class GuardSet:
             if len(rows) == 1:
                 inline.append(first.expr(namer))
                 continue
-            if first.check == _HELD_CONSTANT and first.source.row()[1] == _DICT_ROW:
-                lines += _dict_constant_lines(rows, namer)
-                continue
             names, check = first.table()
             lines += [
                 f"for {names} in {namer.const(tuple(rows), 'rows')}:",
@@ -301,35 +297,6 @@ class GuardSet:
 
     def describe(self) -> str:
         return "\n".join(f"  {g.describe()}" for g in self.guards)
-
-
-_HELD_CONSTANT = "type({s}) is {t} and {s} == {v}"  # constant_guard's check of a held value
-_DICT_ROW = ("___r_sd", "___r_sk")  # the row of an attribute read from a held object's __dict__
-
-
-def _dict_constant_lines(rows: list[tuple], namer: Namer) -> list[str]:
-    """Constant attributes of held objects (a module's `eps`, `stride`, `training`...), one row
-    per object's `__dict__`: an `itemgetter` fetches them all and two tuple compares check
-    types, then values (types first, so that `1 == True == 1.0` cannot pass and no foreign
-    `__eq__` runs on a value of another type). A ResNet-50 checks 460 such attributes of 151
-    modules on every call; one Python test each cost more than the rest of its guards."""
-    by_dict: dict[int, tuple[dict, list, list, list]] = {}
-    for sd, sk, t, v in rows:
-        _, keys, types, values = by_dict.setdefault(id(sd), (sd, [], [], []))
-        keys.append(sk)
-        types.append(t)
-        values.append(v)
-    table = []
-    for sd, keys, types, values in by_dict.values():
-        if len(keys) == 1:  # an itemgetter of one key gives the bare value: ask for it twice
-            keys, types, values = keys * 2, types * 2, values * 2
-        table.append((sd, operator.itemgetter(*keys), tuple(types), tuple(values)))
-    return [
-        f"for ___r_sd, ___r_g, ___r_t, ___r_v in {namer.const(tuple(table), 'rows')}:",
-        "    ___r_x = ___r_g(___r_sd)",
-        "    if not (tuple(map(type, ___r_x)) == ___r_t and ___r_x == ___r_v):",
-        "        return ___MISS",
-    ]
 
 
 def explain_failure(
