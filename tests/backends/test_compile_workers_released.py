@@ -1,5 +1,5 @@
 """The inductor backend stops the Triton compile workers once a captured graph is compiled
-(triton_builder.release_workers says what idle workers cost a GPU call); the next graph starts
+(triton_builder.shutdown says what idle workers cost a GPU call); the next graph starts
 them again. On the CPU no pool starts, so a stand-in takes its place and records being closed."""
 
 from __future__ import annotations

@@ -196,7 +196,5 @@ def aot_compile(
         partition,
     )
     key = compiled.key(example_inputs)
-    entry = compiled.entries[key] = compiled._compile_entry(list(example_inputs), key)
-    if compiled.fixed_key:
-        compiled.only = entry
+    compiled.entries[key] = compiled._compile_entry(list(example_inputs), key)
     return compiled

@@ -151,9 +151,9 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list):
     try:
         return _aot_or_eager("inductor", gm, example_inputs, **compilers)
     finally:  # the graph is compiled: idle compile workers would slow its calls
-        from ..runtime.triton_builder import release_workers
+        from ..runtime.triton_builder import shutdown
 
-        release_workers()
+        shutdown()
 
 
 register_lazy("aot_eager", "kiln.autograd.backend:aot_eager")

@@ -178,8 +178,11 @@ class GraphedCallable:
         self.pending: set[tuple] = set()
         self.pending_step = current_step()
         self.backward_of: GraphedCallable | None = None  # set on a backward: its forward
-        self._statics_of = -1  # the input count `_split` last classified positions for
+        # `_split`'s classification of input positions, made for `_statics_of` inputs
+        self._statics_of = -1
         self._statics: frozenset[int] = frozenset()
+        self._others: tuple[int, ...] = ()
+        self._pick: Callable[[list], tuple] = _getter(())
 
     # -- plain execution -------------------------------------------------------------------
     def _run(self, args: list) -> tuple:

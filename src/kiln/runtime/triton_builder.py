@@ -151,14 +151,10 @@ def warm(path: str, launches: dict) -> None:
 
 
 def shutdown() -> None:
-    """Stop the compile workers (tests and `kiln.reset()` may call this)."""
-    triton_workers.shutdown()
-
-
-def release_workers() -> None:
-    """A captured graph is compiled: stop the compile workers rather than keep them idle.
-    Idle, they still cost every later call: each holds a CUDA context, and with the 16 of the
-    H200 host alive a reduce-overhead GPT-2 decode step took 822-853 us from an idle device
-    against 610-626 us once they were stopped (ResNet-50: 2069-2219 against 1847-1988 us). The
-    next graph to compile starts them again, in the background as before."""
+    """Stop the compile workers: the inductor backend does once each captured graph is
+    compiled (tests and `kiln.reset()` may too); the next graph to compile starts them again,
+    in the background as before. Idle, they would cost every later call: each holds a CUDA
+    context, and with the 16 of the H200 host alive a reduce-overhead GPT-2 decode step took
+    822-853 us from an idle device against 610-626 us once they were stopped (ResNet-50:
+    2069-2219 against 1847-1988 us)."""
     triton_workers.shutdown()
