@@ -196,5 +196,7 @@ def aot_compile(
         partition,
     )
     key = compiled.key(example_inputs)
-    compiled.entries[key] = compiled._compile_entry(list(example_inputs), key)
+    entry = compiled.entries[key] = compiled._compile_entry(list(example_inputs), key)
+    if compiled.fixed_key:  # calls after this one skip the key (the first may not come here)
+        compiled.only = entry
     return compiled
