@@ -17,3 +17,13 @@ def pytest_configure(config):
     gpu_run = "gpu" in markexpr and "not gpu" not in markexpr
     if not gpu_run:
         os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_sessionstart(session):
+    """Build (once per machine) and load kiln's native guard checks before any test runs, so
+    that every compiled function in the suite checks its guard tables the same way. Without
+    this, tables made in the first ~15 s would run their Python loops and later ones the C++
+    (both are tested: tests/capture/test_guard_tables.py, tests/runtime/test_native.py)."""
+    from kiln.runtime import native
+
+    native.wait()

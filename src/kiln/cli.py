@@ -16,6 +16,7 @@ SUBCOMMANDS = {
         "explain_main",
         "run a script; explain its graphs, breaks, guards (kiln explain script.py)",
     ),
+    "native": ("kiln.runtime.native", "main", "build kiln's native guard checks now (else lazily)"),
 }
 
 

@@ -57,6 +57,19 @@ def env_cache_dir() -> str:
     return os.path.join(xdg, "kiln")
 
 
+def env_native() -> tuple[bool, str]:
+    """Whether kiln may build and use its native checks (`KILN_NATIVE=0` says no), and the
+    folder they are built into (`KILN_NATIVE_DIR`; by default beside, not inside, the kernel
+    cache: they belong to the installed kiln and torch, not to any model, so a cold kernel cache
+    does not rebuild them)."""
+    enabled = _env().get("KILN_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+    base = _env().get("KILN_NATIVE_DIR")
+    if not base:
+        xdg = _env().get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "kiln-native")
+    return enabled, base
+
+
 def _suggest(name: str, choices) -> str:
     close = difflib.get_close_matches(name, list(choices), n=1)
     return f" Did you mean {close[0]!r}?" if close else ""

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from .guard_tables import table_lines
 from .sources import Namer, Source
 
 # Values guarded by equality: immutable, cheap to compare, printable.
@@ -45,7 +46,7 @@ class Guard:
     Not changed after it is made. A plain class, not a frozen dataclass: a trace makes several
     hundred, and a frozen dataclass's __init__ costs three times as much."""
 
-    __slots__ = ("source", "kind", "check", "held", "_text", "other")
+    __slots__ = ("source", "kind", "check", "held", "_text", "other", "native")
 
     def __init__(
         self,
@@ -55,6 +56,7 @@ class Guard:
         held: dict[str, Any] | None = None,
         text: str | Callable[[], str] = "",
         other: Source | None = None,  # a second source, `{o}` in the check
+        native: tuple[str, tuple] | None = None,  # its native table kind (guard_tables.py)
     ) -> None:
         self.source = source
         self.kind = kind
@@ -62,6 +64,7 @@ class Guard:
         self.held = {} if held is None else held
         self._text = text
         self.other = other
+        self.native = native
 
     @property
     def text(self) -> str:
@@ -116,6 +119,10 @@ def constant_guard(source: Source, value: Any) -> Guard:
         return Guard(source, "CONST", "type({s}) is float and {s} != {s}", {}, "== nan")
     if source.row() is not None:  # one form for every value, so that they share a table
         check = "type({s}) is {t} and {s} == {v}"
+        text = f"== {value!r:.60}"
+        return Guard(
+            source, "CONST", check, {"t": type(value), "v": value}, text, native=("items", ())
+        )
     elif value is None or isinstance(value, (bool, torch.dtype)):
         check = "{s} is {v}"
     elif type(value) in (int, str, float) and len(repr(value)) < 80:
@@ -175,7 +182,8 @@ def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
             f"stride={list(stride)}, requires_grad={rg})"
         )
 
-    return Guard(source, "TENSOR", check, held, text)
+    native = ("tensors", ()) if type(t) in (torch.Tensor, torch.nn.Parameter) else None
+    return Guard(source, "TENSOR", check, held, text, native=native)
 
 
 def _device_check(device: torch.device) -> str:
@@ -214,7 +222,15 @@ def dynamic_tensor_guard(source: Source, t: torch.Tensor, dims: set[int]) -> Gua
 
 def dict_guard(source: Source, d: dict) -> Guard:
     """`source` (a held object whose attributes are read from its `__dict__`) keeps `d`."""
-    return Guard(source, "DICT", "{s}.__dict__ is {d}", {"d": d}, "keeps its instance dictionary")
+    return Guard(
+        source,
+        "DICT",
+        "{s}.__dict__ is {d}",
+        {"d": d},
+        "keeps its instance dictionary",
+        None,
+        ("dicts", ()),
+    )
 
 
 def no_hooks_guard(source: Source, names: tuple[str, ...], d: dict | None) -> Guard:
@@ -224,7 +240,9 @@ def no_hooks_guard(source: Source, names: tuple[str, ...], d: dict | None) -> Gu
         reads, held = [f"{{s}}.{h}" for h in names], {}
     else:
         reads, held = [f"{{d}}[{h!r}]" for h in names], {"d": d}
-    return Guard(source, "HOOKS", f"not ({' or '.join(reads)})", held, "has no hooks")
+    check = f"not ({' or '.join(reads)})"
+    native = ("empty", names) if d is not None else None
+    return Guard(source, "HOOKS", check, held, "has no hooks", None, native)
 
 
 def not_in_guard(source: Source, name: str) -> Guard:
@@ -286,12 +304,7 @@ class GuardSet:
             if len(rows) == 1:
                 inline.append(first.expr(namer))
                 continue
-            names, check = first.table()
-            lines += [
-                f"for {names} in {namer.const(tuple(rows), 'rows')}:",
-                f"    if not ({check}):",
-                "        return ___MISS",
-            ]
+            lines += table_lines(first, rows, namer)
         cond = " and\n        ".join(f"({e})" for e in inline) or "True"
         return [f"if not ({cond}):", "    return ___MISS", *lines]
 

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import logs
+from . import native
 from .device_graphs_outputs import (
     Generation,
     GraphOutput,
@@ -183,6 +184,7 @@ class GraphedCallable:
         self._statics: frozenset[int] = frozenset()
         self._others: tuple[int, ...] = ()
         self._pick: Callable[[list], tuple] = _getter(())
+        native.start()  # reads the static addresses of each call, once it has loaded
 
     # -- plain execution -------------------------------------------------------------------
     def _run(self, args: list) -> tuple:
@@ -232,7 +234,7 @@ class GraphedCallable:
         another tensor there needs another graph), any other tensor by its layout."""
         pick, others = self._split(args)
         try:
-            ptrs = tuple(map(_DATA_PTR, pick(args)))
+            ptrs = native.data_ptrs(pick(args))
         except (AttributeError, TypeError):  # a static position holds no tensor this time
             ptrs = tuple(map(_address_or_type, pick(args)))
         sig = []
@@ -379,9 +381,6 @@ class GraphedCallable:
             GraphOutput.wrap(o, rec.generation) if isinstance(o, torch.Tensor) else o
             for o in rec.outputs
         )
-
-
-_DATA_PTR = operator.methodcaller("data_ptr")
 
 
 def _address_or_type(a: Any) -> Any:
