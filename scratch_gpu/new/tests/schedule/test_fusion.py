@@ -216,3 +216,44 @@ def test_costly_pointwise_read_at_its_own_size_stays_inlined():
     # than a round trip through memory (and softmax's sum and output share one kernel).
     s = _schedule(lambda x: (x.exp() * 2, x.exp().sum(-1)), torch.randn(64, 100))
     assert len(s.kernels) == 1
+
+
+def _qkv(q, k, v):
+    """An attention layer's operand preparation: Q and K scaled, K transposed, V as is."""
+    b, s, h, d = q.shape
+    return (
+        (q.transpose(1, 2) * 0.125).contiguous(),
+        (k.permute(0, 2, 3, 1) * 0.125).contiguous(),
+        v.transpose(1, 2).contiguous(),
+    )
+
+
+def test_a_transposed_read_of_another_shape_keeps_its_own_kernel():
+    qkv = [torch.randn(2, 32, 4, 16) for _ in range(3)]
+    records = []
+
+    class H(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    h = H()
+    logging.getLogger("kiln.schedule").addHandler(h)
+    kiln.set_logs("schedule")
+    try:
+        s = _schedule(_qkv, *qkv)
+    finally:
+        kiln.set_logs()
+        logging.getLogger("kiln.schedule").removeHandler(h)
+    nodes = s.graph.node_map()
+    shapes = [{tuple(nodes[m.name].size) for m in k.members} for k in s.kernels]
+    assert all(len(x) == 1 for x in shapes), shapes  # no kernel mixes [.., 32, 16] and [.., 16, 32]
+    assert any("transposed" in m and "not fused" in m for m in records), records
+    check(_qkv, *qkv)
+
+
+def test_pointwise_nodes_of_one_shape_still_share_a_kernel():
+    def fn(q, k):
+        return (q.transpose(1, 2) * 0.5).contiguous(), (k.transpose(1, 2) + 1).contiguous()
+
+    s = _schedule(fn, torch.randn(2, 32, 4, 16), torch.randn(2, 32, 4, 16))
+    assert len(s.kernels) == 1

@@ -279,3 +279,18 @@ def test_extern_views_with_a_storage_offset_are_read_once_offset():
 
     c = check(fn, torch.randn(5, 8), torch.randn(8, 48))
     assert "aten_as_strided" in c.wrapper_source
+
+
+def test_bf16_conversions_follow_where_the_kernel_runs():
+    """Compiled for a GPU, float32 -> bfloat16 is the hardware's round-to-nearest-even; in the
+    interpreter (NumPy truncates) integer ops that round the same way. Stores go through
+    `_to_bf16` either way."""
+    from kiln.codegen.triton.ops import prelude, store_cast
+
+    compiled, interpreted = prelude(False), prelude(True)
+    assert "return x.to(tl.bfloat16).to(tl.float32)" in compiled
+    assert "0x7FFF" not in compiled
+    assert "u = u + 0x7FFF + ((u >> 16) & 1)" in interpreted
+    assert store_cast(torch.bfloat16).format("v") == "_to_bf16(v)"
+    c = check(lambda x: (x * 0.3 + 1,), torch.randn(9, 33, dtype=torch.bfloat16))
+    assert "0x7FFF" in c.triton_source and "_to_bf16(" in c.triton_source

@@ -79,7 +79,7 @@ def compile_graph_strict(
     graph = _lower_on_any_device(gm, example_inputs)
     sched = schedule(graph, fuel=fuel, verify_ir=verify_ir)
     emulate = options.get("triton.emulate_precision_casts") if options is not None else False
-    module = render_module(sched, emulate_casts=emulate)
+    module = render_module(sched, emulate_casts=emulate, interpret=is_interpreting())
     kernels = {k.name: k for k in module.kernels}
     wrapper = render_wrapper(sched, kernels, checked_input_names(gm, graph.inputs))
     logs.log("output_code", lambda: f"Triton kernels:\n{module.source}\nwrapper:\n{wrapper.source}")

@@ -133,8 +133,9 @@ BOOL_OVERRIDES: dict[str, str] = {
     "pow": "(({0} != 0) | ({1} == 0))",
 }
 # Conversions: to bool is a comparison; to a half type rounds and stays float32 (compute type).
-# bfloat16 rounds (to nearest even) with integer ops, `_round_bf16`: the GPU's own conversion
-# does the same, but Triton's interpreter truncates, so the tests would not see what runs.
+# bfloat16 rounds to nearest even through the prelude's `_round_bf16` and is stored through
+# `_to_bf16`: on a GPU both are the hardware conversion; in Triton's interpreter (which
+# truncates) they are integer ops that round as the GPU does, so the tests see what runs.
 TO_BOOL = "({0} != 0)"
 TO_HALF = {torch.float16: "{0}.to(tl.float16).to(tl.float32)", torch.bfloat16: "_round_bf16({0})"}
 
@@ -160,7 +161,7 @@ def op_template(op: str, arg_dtype: torch.dtype, out_dtype: torch.dtype) -> str:
 def store_cast(dtype: torch.dtype) -> str:
     """Template of the conversion of a computed value `{0}` to the storage type `dtype`."""
     if dtype == torch.bfloat16:
-        return "_round_bf16({0}).to(tl.bfloat16)"
+        return "_to_bf16({0})"
     return "{0}.to(%s)" % TL_TYPES[dtype]
 
 
@@ -228,12 +229,26 @@ def reduce_identity(rtype: str, dtype: torch.dtype) -> str:
     return REDUCE_IDENTITY[rtype][kind].format(lowest=lo, highest=hi)
 
 
-PRELUDE = """
-import triton
-import triton.language as tl
-from triton.language.extra import libdevice
+def prelude(interpret: bool) -> str:
+    """The module's imports and `@triton.jit` helpers; `interpret`: for Triton's interpreter."""
+    return PRELUDE.replace("{BF16}", BF16_INTERPRETED if interpret else BF16_COMPILED)
 
 
+# float32 -> bfloat16 conversions. Compiled, the hardware's (round to nearest even): the
+# integer version below cost 10-15% of a GELU kernel's time on the H200 (12.6M elements:
+# 20.4 against 17.6 us) for identical results. Interpreted, the integer version: NumPy truncates.
+BF16_COMPILED = """
+@triton.jit
+def _round_bf16(x):
+    # float32 -> the nearest bfloat16, kept in float32
+    return x.to(tl.bfloat16).to(tl.float32)
+
+
+@triton.jit
+def _to_bf16(x):
+    return x.to(tl.bfloat16)
+"""
+BF16_INTERPRETED = """
 @triton.jit
 def _round_bf16(x):
     # float32 -> the nearest bfloat16 (ties to even), kept in float32; NaN stays NaN
@@ -241,6 +256,19 @@ def _round_bf16(x):
     u = u + 0x7FFF + ((u >> 16) & 1)
     r = ((u >> 16) << 16).to(tl.float32, bitcast=True)
     return tl.where(x != x, x, r)
+
+
+@triton.jit
+def _to_bf16(x):
+    return _round_bf16(x).to(tl.bfloat16)
+"""
+
+PRELUDE = """
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+{BF16}
 
 
 @triton.jit

@@ -36,12 +36,12 @@ from .indexing import RINDEX, XINDEX, YINDEX, bind, extent, mask_for, store_inde
 from .ops import (
     BITS,
     HALF_TYPES,
-    PRELUDE,
     REDUCE_ACCUMULATE,
     REDUCE_BLOCK,
     TL_TYPES,
     compute_tl,
     op_template,
+    prelude,
     reduce_identity,
     render_const,
     store_cast,
@@ -400,8 +400,11 @@ def _writes_nothing(kernel: Kernel, nodes: dict) -> bool:
     return all(any(int(d) == 0 for d in nodes[m.name].size) for m in kernel.members)
 
 
-def render_module(sched: Schedule, emulate_casts: bool = False) -> TritonModule:
-    """All kernels of `sched`; `emulate_casts`: round half-typed intermediates like eager."""
+def render_module(
+    sched: Schedule, emulate_casts: bool = False, interpret: bool = False
+) -> TritonModule:
+    """All kernels of `sched`; `emulate_casts`: round half-typed intermediates like eager;
+    `interpret`: for Triton's interpreter (see ops.prelude)."""
     nodes = sched.graph.node_map()
     kernels = tuple(
         render_kernel(k, nodes, emulate_casts)
@@ -418,7 +421,7 @@ def render_module(sched: Schedule, emulate_casts: bool = False) -> TritonModule:
         else:
             same_as[k.name] = original.name
             parts.append(f"{k.name} = {original.name}  # the same code as {original.name}")
-    source = PRELUDE + "\n\n" + "\n\n\n".join(parts) + "\n"
+    source = prelude(interpret) + "\n\n" + "\n\n\n".join(parts) + "\n"
     return TritonModule(kernels, source, same_as)
 
 
