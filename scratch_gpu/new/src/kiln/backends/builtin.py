@@ -153,7 +153,7 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list):
     finally:  # the graph is compiled: idle compile workers would slow its calls
         from ..runtime.triton_builder import shutdown
 
-        shutdown()
+        shutdown(wait=False)  # they exit (~1 s each, in parallel) while the first call runs
 
 
 register_lazy("aot_eager", "kiln.autograd.backend:aot_eager")

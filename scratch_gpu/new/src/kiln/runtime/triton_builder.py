@@ -150,11 +150,11 @@ def warm(path: str, launches: dict) -> None:
     STATS["warm_seconds"] += time.perf_counter() - start
 
 
-def shutdown() -> None:
+def shutdown(wait: bool = True) -> None:
     """Stop the compile workers: the inductor backend does once each captured graph is
     compiled (tests and `kiln.reset()` may too); the next graph to compile starts them again,
     in the background as before. Idle, they would cost every later call: each holds a CUDA
     context, and with the 16 of the H200 host alive a reduce-overhead GPT-2 decode step took
     822-853 us from an idle device against 610-626 us once they were stopped (ResNet-50:
-    2069-2219 against 1847-1988 us)."""
-    triton_workers.shutdown()
+    2069-2219 against 1847-1988 us). `wait=False`: do not wait for them to exit."""
+    triton_workers.shutdown(wait)

@@ -20,6 +20,7 @@ import os
 import selectors
 import subprocess
 import sys
+import threading
 
 _SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_worker_main.py")
 
@@ -86,18 +87,30 @@ class WorkerPool:
         except OSError:  # died between jobs: the read side reports it
             pass
 
-    def close(self) -> None:
-        for p in self.procs:
+    def close(self, wait: bool = True) -> None:
+        """Tell every worker to exit (end of input); `wait`: until they have, else reap them
+        in a background thread. A worker takes ~1 s to exit (it releases a CUDA context), and
+        the first call after a compile need not wait for that (BERT's cold first call spent
+        0.97 s of its 9.5 s here)."""
+        procs, self.procs = self.procs, []
+        for p in procs:
             try:
                 p.stdin.close()
             except OSError:
                 pass
-        for p in self.procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        self.procs = []
+        if wait:
+            _reap(procs)
+        else:
+            threading.Thread(target=_reap, args=(procs,), daemon=True).start()
+
+
+def _reap(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 _pool: WorkerPool | None = None
@@ -112,8 +125,8 @@ def start(workers: int) -> WorkerPool:
     return _pool
 
 
-def shutdown() -> None:
+def shutdown(wait: bool = True) -> None:
     global _pool
     if _pool is not None:
-        _pool.close()
+        _pool.close(wait)
         _pool = None
