@@ -96,22 +96,28 @@ def test_buffer_is_reused_after_its_last_reader():
     assert f"= {reused[0].reuse}.view(" in c.wrapper_source
 
 
-def test_refusal_is_logged_with_reason(capsys):
-    handler_records = []
+def _logged_schedule(fn, *inputs):
+    """(the schedule of `fn`, the messages `KILN_LOGS=schedule` gave while making it)"""
+    records = []
 
     class H(logging.Handler):
         def emit(self, record):
-            handler_records.append(record.getMessage())
+            records.append(record.getMessage())
 
     h = H()
     logging.getLogger("kiln.schedule").addHandler(h)
     kiln.set_logs("schedule")
     try:
-        _schedule(lambda x: x.sum(0) + x.t(), torch.randn(16, 16))
-        _schedule(lambda x: torch.softmax(x, 0).exp(), torch.randn(8, 12))
+        return _schedule(fn, *inputs), records
     finally:
         kiln.set_logs()
         logging.getLogger("kiln.schedule").removeHandler(h)
+
+
+def test_refusal_is_logged_with_reason(capsys):
+    _, first = _logged_schedule(lambda x: x.sum(0) + x.t(), torch.randn(16, 16))
+    _, second = _logged_schedule(lambda x: torch.softmax(x, 0).exp(), torch.randn(8, 12))
+    handler_records = first + second
     refusals = [m for m in handler_records if "not fused" in m]
     assert refusals and all(":" in m for m in refusals), handler_records
 
@@ -230,20 +236,7 @@ def _qkv(q, k, v):
 
 def test_a_transposed_read_of_another_shape_keeps_its_own_kernel():
     qkv = [torch.randn(2, 32, 4, 16) for _ in range(3)]
-    records = []
-
-    class H(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    h = H()
-    logging.getLogger("kiln.schedule").addHandler(h)
-    kiln.set_logs("schedule")
-    try:
-        s = _schedule(_qkv, *qkv)
-    finally:
-        kiln.set_logs()
-        logging.getLogger("kiln.schedule").removeHandler(h)
+    s, records = _logged_schedule(_qkv, *qkv)
     nodes = s.graph.node_map()
     shapes = [{tuple(nodes[m.name].size) for m in k.members} for k in s.kernels]
     assert all(len(x) == 1 for x in shapes), shapes  # no kernel mixes [.., 32, 16] and [.., 16, 32]
