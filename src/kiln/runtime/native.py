@@ -119,8 +119,11 @@ def start() -> Any:
             try:
                 _loaded(_load(path))
             except Exception as e:  # a damaged file: build it again
-                os.remove(path)
                 _state["error"] = f"reloading {path} failed ({e})"
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass
         if _state["module"] is not None:
             return _state["module"]
         _state["status"] = "building"
