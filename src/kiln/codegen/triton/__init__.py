@@ -150,10 +150,12 @@ def _launches(module: TritonModule, graph: LoopGraph) -> dict:
         n = nodes[name]
         return n.dtype if hasattr(n, "dtype") else n.layout.dtype
 
+    # split reductions' scratch buffers (split.py), read by their `_sum` kernels too
+    scratch = {name: dt for k in module.kernels for name, _, dt in k.workspaces}
     out, seen = {}, set()
     for k in module.kernels:
         k: TritonKernel
-        dts = [dtype(p) for p in k.params]
+        dts = [scratch[p] if p in scratch else dtype(p) for p in k.params]
         p = k.plan
         # a kernel with the code of an earlier one compiles to the same binary when launched
         # with the same argument types and options: that binary is compiled once

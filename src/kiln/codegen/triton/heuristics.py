@@ -50,6 +50,13 @@ OUTER_MIN_PROGRAMS = 128
 OUTER_NARROW_XBLOCK = 8
 OUTER_NARROW_ELEMENTS = 2048
 MAX_GRID_Y = 65535
+# ...and a kernel of such sums alone (nothing else reads them in it) over many rows splits its
+# rows among programs as well: each adds a chunk of rows into a partial, and a second kernel
+# adds the partials (split.py). A layer norm's three weight and bias sums over 8192 x 768 were
+# 76 us as 96 programs of narrow tiles, the whole of each column in one program.
+SPLIT_MIN_RNUMEL = 1024
+SPLIT_TARGET_PROGRAMS = 512
+SPLIT_RBLOCK = 64
 
 
 @dataclass(frozen=True)
@@ -63,12 +70,16 @@ class Plan:
     YBLOCK: int = 1
     num_warps: int = 4
     tile_split: int = 0  # tiled: members' dims [0, split) are y, the rest x
+    split: int = 0  # looped: programs along the rows (each reduces `rchunk` rows), or 0
+    rchunk: int = 0
 
     @property
     def grid(self) -> tuple[int, ...]:
         gx = -(-self.xnumel // self.XBLOCK)
         if self.kind == "tiled":
             return (gx, -(-self.ynumel // self.YBLOCK))
+        if self.split:
+            return (gx, self.split)
         return (gx,)
 
     @property
@@ -160,6 +171,36 @@ def outer_blocks(outer: int, inner: int) -> tuple[int, int, int]:
     return xb, rb, 8 if xb * rb >= OUTER_NARROW_ELEMENTS else _warps(xb * rb)
 
 
+def splittable(kernel: Kernel, nodes: dict) -> bool:
+    """Sums alone: every member a floating-point sum that is stored and that no other member
+    reads (a partial sum is all a program has)."""
+    names = {m.name for m in kernel.members}
+    for m in kernel.members:
+        node = nodes[m.name]
+        if not isinstance(node, Reduction) or node.reduce_type != "sum" or m.per_row:
+            return False
+        if m.name in kernel.local or not node.dtype.is_floating_point:
+            return False
+        if any(ld.buf in names for ld in loads(node.body)):
+            return False
+    return True
+
+
+def _split_plan(outer: int, inner: int) -> Plan | None:
+    xb = min(OUTER_XBLOCK, next_pow2(outer))
+    gx = -(-outer // xb)
+    if gx >= OUTER_MIN_PROGRAMS:
+        return None
+    rb = min(SPLIT_RBLOCK, next_pow2(inner))
+    split = min(-(-SPLIT_TARGET_PROGRAMS // gx), -(-inner // (4 * rb)))
+    per_program = -(-inner // max(split, 1))
+    chunk = -(-per_program // rb) * rb  # rows per program, in whole RBLOCKs
+    split = -(-inner // chunk)
+    if split < 2:
+        return None
+    return Plan("looped", outer, inner, 1, xb, rb, 1, _warps(xb * rb), split=split, rchunk=chunk)
+
+
 def plan(kernel: Kernel, nodes: dict) -> Plan:
     numel = kernel.outer * kernel.inner
     pointwise_only = all(
@@ -180,6 +221,10 @@ def plan(kernel: Kernel, nodes: dict) -> Plan:
         return Plan("flat", numel, XBLOCK=xb, num_warps=_warps(xb))
     inner = kernel.inner
     if kernel.outer > 1 and inner >= OUTER_MIN_RNUMEL and _reduces_across_rows(kernel, nodes):
+        if inner >= SPLIT_MIN_RNUMEL and splittable(kernel, nodes):
+            split_plan = _split_plan(kernel.outer, inner)
+            if split_plan is not None:
+                return split_plan
         xb, rb, warps = outer_blocks(kernel.outer, inner)
         return Plan("looped", kernel.outer, inner, 1, xb, rb, 1, warps)
     rb = next_pow2(inner)

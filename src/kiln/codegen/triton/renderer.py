@@ -46,6 +46,7 @@ from .ops import (
     render_const,
     store_cast,
 )
+from .split import render_finish, store_partial
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,10 @@ class TritonKernel:
     params: tuple[str, ...]  # buffer names, in argument order
     plan: Plan
     source: str
+    # a split reduction (split.py): scratch buffers (name, size, dtype) the wrapper allocates
+    # around the launch, and the kernel that adds their partials, launched right after
+    workspaces: tuple = ()
+    finish: TritonKernel | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class _KernelContext:
         self.cache: dict[str, str] = {}  # emitted text -> variable holding it
         self.values: dict[str, str] = {}  # member -> variable with its value (row or element)
         self.params: dict[str, bool] = {}  # buffer -> written by this kernel
+        self.workspaces: list[tuple] = []  # split reductions: (name, size, dtype) of partials
         self.masked: set = set()  # block indices whose blocks overhang their range
         self.rank = 1 if p.kind == "flat" else 2
         self._ids = 0
@@ -284,9 +290,10 @@ def _reduce_looped(ctx: _KernelContext, member) -> str:
 
 
 def _loop_head(ctx: _KernelContext) -> None:
-    ctx.line(f"for roffset in range(0, {ctx.plan.rnumel}, RBLOCK):")
+    p = ctx.plan
+    ctx.line(f"for roffset in range(0, {p.rchunk if p.split else p.rnumel}, RBLOCK):")
     ctx.indent += "    "
-    ctx.line("rindex = roffset + rbase")
+    ctx.line("rindex = rstart + roffset + rbase" if p.split else "rindex = roffset + rbase")
     if RINDEX in ctx.masked:
         ctx.line(f"rmask = rindex < {ctx.plan.rnumel}")
 
@@ -302,6 +309,9 @@ def _reduction(ctx: _KernelContext, member) -> None:
         var = _reduce_looped(ctx, member)
     else:
         var = _reduce_persistent(ctx, member)
+    if ctx.plan.split:
+        store_partial(ctx, node, var)
+        return
     ctx.store(node, var, [(index_vars(len(node.size)), tuple(node.size), XINDEX)])
     ctx.values[node.name] = ctx.rounded(var, node)
 
@@ -335,6 +345,8 @@ def _header(ctx: _KernelContext, wide: bool) -> list[str]:
         out += [f"rmask = rindex < {p.rnumel}"] if RINDEX in ctx.masked else []
     else:
         out.append("rbase = tl.arange(0, RBLOCK)[None, :]")
+        if p.split:  # this program's chunk of the rows (split.py)
+            out.append(f"rstart = {pid.format(1)} * {p.rchunk}")
     return out
 
 
@@ -345,6 +357,8 @@ def _masked_blocks(p: Plan) -> set:
     if p.kind == "tiled" and p.ynumel % p.YBLOCK:
         out.add(YINDEX)
     if p.kind in ("persistent", "looped") and (p.rnumel % p.RBLOCK or p.rnumel == 0):
+        out.add(RINDEX)
+    if p.split and p.split * p.rchunk != p.rnumel:  # the last chunk overhangs
         out.add(RINDEX)
     return out
 
@@ -388,12 +402,16 @@ def render_kernel(kernel: Kernel, nodes: dict, emulate_casts: bool = False) -> T
             _loop_tail(ctx, saved)
             ctx.values = saved_values  # element values are only valid inside their loop
     params = tuple(ctx.params)
-    wide = _wide(kernel, nodes, params)
+    wide = _wide(kernel, nodes, [x for x in params if x in nodes])
     consts = ", ".join(f"{k}: tl.constexpr" for k in p.constexprs)
     lines = ["@triton.jit", f"def {kernel.name}({', '.join(params)}, {consts}):"]
     lines += ["    " + h for h in _header(ctx, wide)]
     lines += ctx.lines
-    return TritonKernel(kernel.name, params, p, "\n".join(lines))
+    source = "\n".join(lines)
+    if not p.split:
+        return TritonKernel(kernel.name, params, p, source)
+    finish = render_finish(kernel.name, ctx.workspaces, nodes, p)
+    return TritonKernel(kernel.name, params, p, source, tuple(ctx.workspaces), finish)
 
 
 def _writes_nothing(kernel: Kernel, nodes: dict) -> bool:
@@ -407,9 +425,12 @@ def render_module(
     `interpret`: for Triton's interpreter (see ops.prelude)."""
     nodes = sched.graph.node_map()
     kernels = tuple(
-        render_kernel(k, nodes, emulate_casts)
+        part
         for k in sched.kernels
         if not _writes_nothing(k, nodes)
+        for main in [render_kernel(k, nodes, emulate_casts)]
+        for part in (main, main.finish)
+        if part is not None
     )
     first: dict[str, TritonKernel] = {}
     same_as: dict[str, str] = {}

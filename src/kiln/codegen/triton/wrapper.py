@@ -36,11 +36,23 @@ from ..wrapper import (
 from .renderer import TritonKernel
 
 
-def _launch(kernel: TritonKernel, members: str) -> str:
+def _launch(kernel: TritonKernel, members: str) -> list[str]:
+    """The launch of `kernel`; a split reduction's also allocates its partials' scratch
+    buffers, launches the kernel that adds them, and frees them (split.py)."""
     p = kernel.plan
     consts = "".join(f", {k}={v}" for k, v in p.constexprs.items())
     args = ", ".join(kernel.params)
-    return f"{kernel.name}[{_tuple(p.grid)}]({args}{consts}, num_warps={p.num_warps})  # {members}"
+    launch = f"{kernel.name}[{_tuple(p.grid)}]({args}{consts}, num_warps={p.num_warps})"
+    if kernel.finish is None:
+        return [f"{launch}  # {members}"]
+    lines = [
+        f"{name} = _empty({_tuple(size)}, {_tuple((size[1], 1))}, {_dtype(dtype)}, device)"
+        for name, size, dtype in kernel.workspaces
+    ]
+    lines.append(f"{launch}  # partial sums of {members}")
+    lines += _launch(kernel.finish, members)
+    lines += [f"del {name}" for name, _, _ in kernel.workspaces]
+    return lines
 
 
 def render_wrapper(
@@ -66,7 +78,7 @@ def render_wrapper(
         elif isinstance(step, Kernel):
             if step.name in kernels:  # kernels over zero elements are not launched
                 members = ", ".join(m.name for m in step.members)
-                body.append(_launch(kernels[step.name], members))
+                body.extend(_launch(kernels[step.name], members))
         elif isinstance(step, ExternCall):
             node: Extern = nodes[step.name]
             fn = _extern_name(node.target)
