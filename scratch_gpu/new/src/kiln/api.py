@@ -1,0 +1,187 @@
+"""`kiln.compile` and its companions: the public surface that mirrors `torch.compile`.
+
+Takes a function, bound method or `nn.Module` plus torch.compile's keyword arguments; gives a
+callable (or module) that runs through kiln's capture (capture/frontend.py) and the chosen
+backend. Argument errors are raised here, before anything runs, and name the valid choices.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+import torch
+
+from .backends import builtin  # noqa: F401  (registers eager / aot_eager / inductor)
+from .backends.registry import known_backend_names
+from .capture import frontend
+from .options import Options, build_options
+
+
+def compile(
+    model: Callable | None = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: str | Callable = "inductor",
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+    disable: bool = False,
+):
+    """Compile `model` (a function, method or nn.Module) with kiln; torch.compile's signature."""
+    opts = build_options(
+        backend=backend,
+        mode=mode,
+        fullgraph=fullgraph,
+        dynamic=dynamic,
+        options=options,
+        known_backends=known_backend_names(),
+    )
+    if model is None:
+        return lambda fn: _compile_one(fn, opts, disable)
+    return _compile_one(model, opts, disable)
+
+
+def _compile_one(model: Callable, opts: Options, disable: bool):
+    if not callable(model):
+        raise TypeError(
+            f"kiln.compile: expected a function, method or nn.Module, got "
+            f"{type(model).__name__} ({model!r:.60}). Pass the callable itself, e.g. "
+            "kiln.compile(model) or kiln.compile(fn)."
+        )
+    if disable:
+        return model
+    if inspect.iscoroutinefunction(model) or inspect.isasyncgenfunction(model):
+        raise TypeError(
+            f"kiln.compile: {getattr(model, '__qualname__', model)!r} is async; kiln compiles "
+            "synchronous code only. Compile the synchronous functions it calls instead."
+        )
+    if isinstance(model, torch.nn.Module):
+        return OptimizedModule(model, frontend.CompiledFunction.for_module(model, opts))
+    compiled = frontend.CompiledFunction.for_callable(model, opts)
+
+    @functools.wraps(model)
+    def compiled_fn(*args, **kwargs):
+        return compiled(*args, **kwargs)
+
+    compiled_fn._kiln_compiled = compiled  # type: ignore[attr-defined]
+    compiled_fn._torchdynamo_orig_callable = model  # type: ignore[attr-defined]
+    return compiled_fn
+
+
+class OptimizedModule(torch.nn.Module):
+    """A compiled module that is the original in every way but its `forward`.
+
+    Parameters, buffers and submodules are the original's own dictionaries, so
+    `parameters()`, `state_dict()` (same keys, no prefix), `train()`/`eval()` and `.to()` act
+    on the original module.
+    """
+
+    def __init__(self, mod: torch.nn.Module, compiled: frontend.CompiledFunction):
+        super().__init__()
+        d = self.__dict__
+        d["_orig_mod"] = mod
+        d["_kiln_compiled"] = compiled
+        d["_parameters"] = mod._parameters
+        d["_buffers"] = mod._buffers
+        d["_modules"] = mod._modules
+        d["_non_persistent_buffers_set"] = mod._non_persistent_buffers_set
+
+    @property
+    def training(self) -> bool:  # type: ignore[override]
+        return self.__dict__["_orig_mod"].training
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        mod = self.__dict__.get("_orig_mod")
+        if mod is not None:
+            mod.training = value
+
+    def forward(self, *args, **kwargs):
+        return self._kiln_compiled(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_orig_mod"], name)
+
+    def train(self, mode: bool = True):
+        self._orig_mod.train(mode)
+        return self
+
+    def state_dict(self, *args, **kwargs):
+        return self._orig_mod.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        return self._orig_mod.load_state_dict(*args, **kwargs)
+
+    def named_modules(self, *args, **kwargs):
+        return self._orig_mod.named_modules(*args, **kwargs)
+
+    def _apply(self, fn, recurse=True):
+        self._orig_mod._apply(fn, recurse)
+        return self
+
+    def __repr__(self) -> str:
+        return f"OptimizedModule({self._orig_mod!r})"
+
+
+def disable(fn: Callable | None = None, recursive: bool = True):
+    """Never compile `fn`: kiln runs it eagerly, and a call to it inside a compiled function
+    ends the graph there (a graph break)."""
+    if fn is None:
+        return lambda f: disable(f, recursive)
+    return frontend.mark_disabled(fn)
+
+
+def allow_in_graph(fn: Callable) -> Callable:
+    """Record calls to `fn` as single graph nodes instead of tracing through it."""
+    return frontend.mark_allow_in_graph(fn)
+
+
+def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> None:
+    """Treat dimension(s) `dim` of `t` as dynamic: compiled once for any size there."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"kiln.mark_dynamic: expected a tensor, got {type(t).__name__}")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    for d in dims:
+        if not -t.dim() <= d < max(t.dim(), 1):
+            raise IndexError(
+                f"kiln.mark_dynamic: dimension {d} out of range for a {t.dim()}-d tensor"
+            )
+    existing = set(getattr(t, "_kiln_dynamic_dims", ()))
+    t._kiln_dynamic_dims = existing | {d % t.dim() for d in dims}
+
+
+def explain(fn: Callable, **compile_kwargs):
+    """`kiln.explain(fn)(*args)`: graphs, op counts, graph breaks with reasons, source lines
+    and hints, guards, and compiles of one call; printable."""
+    from .capture.explain import explain as _explain
+
+    return _explain(fn, **compile_kwargs)
+
+
+def reset() -> None:
+    """Drop every compiled entry, so the next call of each compiled function compiles again."""
+    frontend.reset_all()
+
+
+def mark_step_begin() -> None:
+    """Start a new step for device graphs (`mode="reduce-overhead"`, `backend="cudagraphs"`):
+    outputs of earlier replays may be overwritten; see runtime/device_graphs_outputs.py."""
+    from .runtime.device_graphs_outputs import mark_step_begin as _mark
+
+    _mark()
+
+
+def is_compiling() -> bool:
+    """True while kiln is capturing (tracing) a frame."""
+    return frontend.is_tracing()
+
+
+def list_backends(exclude_tags=("debug", "experimental")) -> list[str]:
+    from .backends.registry import list_backends as _list
+
+    return _list(exclude_tags)

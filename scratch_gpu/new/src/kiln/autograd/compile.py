@@ -1,0 +1,202 @@
+"""`aot_compile`: the autograd stage's pipeline, from a captured graph to a compiled callable.
+
+Takes a torch-level `GraphModule` (placeholders: user tensors and lifted parameters/buffers;
+output: a tuple of tensors), the call's example inputs, and the compilers of the next stage;
+gives a callable that takes the flat inputs positionally and returns what the graph returns.
+
+The pipeline, one named call a pass (`_compile_entry`):
+
+    analyze                      fake run: mutated inputs, output aliasing, requires_grad
+    trace_inference              no gradient needed: one functional decomposed graph, or
+    trace_functional_forward  -> trace_joint -> partition_joint
+                                 training: functional forward, joint fw+bw, min-cut split
+    fw_compiler / bw_compiler    the next stage (eager ATen for aot_eager)
+
+A compiled callable holds one entry per (grad mode, which inputs require grad, non-tensor input
+values): the same graph called under `torch.no_grad()` compiles once more, forward only.
+Capture guards shapes and dtypes, so they are not part of the key. When capture also guards
+everything the key is made of (`gm.meta["kiln_fixed_call_key"]`: every input a tensor whose
+requires_grad is guarded, and the grad mode), there is one entry and no key is computed per call:
+a model passes each parameter, and the key cost a pass over all of them.
+
+The compilers receive the graph and a list of fake tensors with its placeholders' shapes,
+strides, dtypes and devices (also in each placeholder's `meta["val"]`); they return a callable
+taking the graph's inputs positionally and returning its outputs as a tuple or list, or a
+boxed one (attribute `_boxed_call = True`) that takes the inputs as one list and may empty it
+to free each input when it is dead (backend.py's `eager_graph` does; the backward's saved
+values are handed over that way).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from .. import logs
+from . import decomps
+from .analyze import analyze
+from .partition import Partition, partition_joint
+from .runtime import InferenceEntry, TrainingEntry, TrainingPlan
+from .tracing import trace_functional_forward, trace_inference, trace_joint
+
+Compiler = Callable[[torch.fx.GraphModule, list], Callable]
+
+
+def _example_inputs(gm: torch.fx.GraphModule) -> list:
+    return [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
+
+
+def _readable(gm: torch.fx.GraphModule) -> str:
+    return gm.print_readable(print_output=False)
+
+
+class AotCompiled:
+    """The callable `aot_compile` returns; compiles an entry per call signature on demand."""
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        fw_compiler: Compiler,
+        bw_compiler: Compiler,
+        inference_compiler: Compiler,
+        decompositions: dict,
+        partition: str,
+    ):
+        self.gm = gm
+        self.fw_compiler = fw_compiler
+        self.bw_compiler = bw_compiler
+        self.inference_compiler = inference_compiler
+        self.decompositions = decompositions
+        self.partition = partition
+        self.entries: dict[tuple, InferenceEntry | TrainingEntry] = {}
+        # capture's guards fix the key (see the module doc): the one entry, once compiled
+        self.fixed_key = bool(getattr(gm, "meta", {}).get("kiln_fixed_call_key"))
+        self.only: InferenceEntry | TrainingEntry | None = None
+        self.partitions: dict[tuple, Partition] = {}  # training entries' partition records
+
+    @staticmethod
+    def key(args) -> tuple:
+        """Grad mode, each tensor's requires_grad, each plain value (they are baked in).
+        Runs on every call (a model passes each parameter): tensors are tested by exact type
+        first, which is cheaper than `isinstance` against `Parameter`'s metaclass."""
+        rg = []
+        for a in args:
+            t = type(a)
+            if t in _TENSOR_TYPES or isinstance(a, torch.Tensor):
+                rg.append(a.requires_grad)
+            elif t in _PLAIN_TYPES or isinstance(a, (int, float, str)):  # IntEnum: by value
+                rg.append((a,))  # not a bare bool: a tensor's slot holds its requires_grad
+            else:
+                rg.append(t)
+        return (torch.is_grad_enabled(), tuple(rg))
+
+    def __call__(self, *args: Any) -> Any:
+        only = self.only
+        if only is not None:
+            return only(args)
+        key = self.key(args)
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = self._compile_entry(list(args), key)
+        if self.fixed_key:
+            self.only = entry
+        return entry(args)
+
+    def _compile_entry(self, args: list, key: tuple):
+        grad_enabled = torch.is_grad_enabled()
+        meta = analyze(self.gm, args, grad_enabled)
+        if not meta.needs_autograd:
+            fwd = trace_inference(self.gm, meta, args, grad_enabled, self.decompositions)
+            logs.log("aot_graphs", lambda: "inference graph:\n" + _readable(fwd.gm))
+            compiled = self.inference_compiler(fwd.gm, _example_inputs(fwd.gm))
+            return InferenceEntry(meta, compiled, _all_tensors(args))
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        fwd = trace_functional_forward(self.gm, meta, args, grad_enabled)
+        joint = trace_joint(fwd, tensors, self.decompositions)
+        part = partition_joint(joint, self.partition)
+        self.partitions[key] = part
+        logs.log("aot_graphs", lambda: _describe_partition(part))
+        compiled_fw = self.fw_compiler(part.fw, _example_inputs(part.fw))
+        compiled_bw = self.bw_compiler(part.bw, _example_inputs(part.bw))
+        plan = TrainingPlan(
+            fw=compiled_fw,
+            bw=compiled_bw,
+            num_fw_outputs=part.num_fw_outputs,
+            diff_outputs=joint.diff_outputs,
+            non_diff_outputs=[
+                j for j in range(part.num_fw_outputs) if j not in set(joint.diff_outputs)
+            ],
+            diff_inputs=joint.diff_inputs,
+            grad_present=part.grad_present,
+            num_tensor_inputs=len(tensors),
+            clone_saved=_saved_mutated_inputs(part, meta.mutated, args),
+        )
+        return TrainingEntry(meta, plan, _all_tensors(args))
+
+
+def _all_tensors(args: list) -> bool:
+    """Every input is a tensor: an entry passes them on without filtering. (The key records
+    which positions are tensors, so an entry's calls all have the same ones.)"""
+    return all(isinstance(a, torch.Tensor) for a in args)
+
+
+_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
+_PLAIN_TYPES = frozenset({int, float, bool, str, type(None)})
+
+
+def _saved_mutated_inputs(part: Partition, mutated: list[int], args: list) -> list[int]:
+    """Saved values that are inputs the runtime will overwrite: they are saved as copies,
+    or the backward would read the new value (and autograd's version check would fire)."""
+    tensor_pos = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    placeholders = [n.name for n in part.fw.graph.find_nodes(op="placeholder")]
+    mutated_names = {placeholders[tensor_pos.index(i)] for i in mutated}
+    return [k for k, name in enumerate(part.saved) if name in mutated_names]
+
+
+def _describe_partition(part: Partition) -> str:
+    lines = [
+        f"partition ({part.strategy}): saved {len(part.saved)} values, "
+        f"{part.saved_bytes} bytes: {', '.join(part.saved) or '-'}",
+        f"recomputed in backward ({len(part.recomputed)}): {', '.join(part.recomputed) or '-'}",
+        *part.notes,
+        "forward graph:",
+        _readable(part.fw),
+        "backward graph:",
+        _readable(part.bw),
+    ]
+    return "\n".join(lines)
+
+
+def aot_compile(
+    gm: torch.fx.GraphModule,
+    example_inputs: list,
+    *,
+    fw_compiler: Compiler,
+    bw_compiler: Compiler,
+    inference_compiler: Compiler | None = None,
+    decompositions: dict | None = None,
+    partition: str = "min_cut",
+) -> Callable:
+    """Compile a captured graph ahead of time: functional ATen graphs, forward/backward split.
+
+    `decompositions=None` uses kiln's table (`kiln.autograd.decomps`); pass `{}` for none.
+    `partition` is `"min_cut"` (recompute cheap ops in the backward) or `"save_all"`.
+    The entry for `example_inputs` (under the current grad mode) is compiled right away.
+    """
+    if decompositions is None:
+        logs.once("aot-decomps", "aot_graphs", "kiln decomposition table:\n" + decomps.describe())
+    compiled = AotCompiled(
+        gm,
+        fw_compiler,
+        bw_compiler,
+        inference_compiler or fw_compiler,
+        decomps.default_decompositions() if decompositions is None else decompositions,
+        partition,
+    )
+    key = compiled.key(example_inputs)
+    entry = compiled.entries[key] = compiled._compile_entry(list(example_inputs), key)
+    if compiled.fixed_key:  # calls after this one skip the key (the first may not come here)
+        compiled.only = entry
+    return compiled

@@ -1,0 +1,206 @@
+"""The decomposition table kiln traces with: which ATen ops become smaller ATen ops, and why.
+
+Takes nothing; gives `default_decompositions()`, a `{OpOverload: fn}` table for `make_fx`, and
+`DECOMPOSED`, the documented list of op names behind it. The functions themselves come from
+`torch._decomp` (PyTorch's reference decompositions); kiln's choice is *which* ops to break up.
+
+The rule kiln follows: decompose an op when its pieces are pointwise ops, views and simple
+reductions that the code generator fuses better than it could call the op, and keep an op whole
+when it is a library kernel worth calling (matmul, convolution, attention, embedding and its
+backward, `_softmax`, `_log_softmax`, `var_mean`, random ops). In practice:
+
+- **Backward formulas** (`gelu_backward`, `native_layer_norm_backward`, ...) are long pointwise
+  and reduction chains; decomposed they fuse with the surrounding backward work.
+- **Normalisations** (`native_layer_norm`, `_native_batch_norm_legit_functional`, ...) become
+  `var_mean` plus pointwise math, which fuses with the op before and after.
+- **Small composites** (`silu`, `hardswish`, `addcmul`, `lerp`, losses) become pointwise math.
+- **Kept whole:** `embedding_dense_backward`. Its decomposition is a zeros fill plus a masked
+  `index_put` with accumulate, which no kiln kernel computes: as an extern call it cost 7x ATen's
+  own kernel (0.5 vs 0.07 ms a nanoGPT step, the largest gap of its backward).
+
+Ops PyTorch already decomposes before ATen (`CompositeImplicitAutograd`: `linear`, `dropout`,
+`layer_norm`, `cross_entropy`, ...) never reach the table. A name that this torch version lacks
+is skipped and listed by `missing_decompositions()` (torch 2.11 and 2.13 have all of them today).
+Where torch has no decomposition kiln registers its own (`@register`, checked to be an ATen op).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import torch
+from torch._decomp import decomposition_table as _TORCH_TABLE
+
+aten = torch.ops.aten
+
+# Each entry: ATen op name (packet or "packet.overload") -> why kiln breaks it up.
+DECOMPOSED: dict[str, str] = {}
+
+
+def decompose(*names: str, why: str) -> None:
+    """Add ATen ops (by name) to kiln's table; the names must exist in `torch.ops.aten`."""
+    for name in names:
+        packet = name.split(".")[0]
+        if not hasattr(aten, packet):
+            raise ValueError(f"kiln decompositions: torch.ops.aten has no op named {packet!r}")
+        if name in DECOMPOSED:
+            raise ValueError(f"kiln decompositions: {name!r} is listed twice")
+        DECOMPOSED[name] = why
+
+
+decompose(
+    "sigmoid_backward",
+    "tanh_backward",
+    "threshold_backward",
+    "gelu_backward",
+    "silu_backward",
+    "hardtanh_backward",
+    "hardsigmoid_backward",
+    "hardswish_backward",
+    "leaky_relu_backward",
+    "elu_backward",
+    "softplus_backward",
+    "mish_backward",
+    "native_dropout_backward",
+    why="pointwise backward formula: fuses with the gradient that feeds it",
+)
+decompose(
+    "_softmax_backward_data",
+    "_log_softmax_backward_data",
+    "native_layer_norm_backward",
+    "native_batch_norm_backward",
+    "native_group_norm_backward",
+    "mse_loss_backward",
+    "nll_loss_backward",
+    why="reduction + pointwise backward: fusable pieces instead of one opaque kernel",
+)
+decompose(
+    "select_backward",
+    "slice_backward",
+    why="becomes a zeros + scatter the code generator writes as one kernel",
+)
+decompose(
+    "native_layer_norm",
+    "native_group_norm",
+    "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training",
+    "_native_batch_norm_legit.no_stats",
+    "_batch_norm_no_update.default",
+    why="normalisation: var_mean + pointwise math that fuses with its neighbours",
+)
+decompose(
+    "_safe_softmax",
+    why="softmax whose fully masked rows give 0: `_softmax` (lowered), an all-reduction and a "
+    "where, fused with the scaling and masking before it (BERT's attention on the H200: four "
+    "ATen kernels a layer, 2.3 ms a forward, against one fused kernel of 0.6 ms)",
+)
+decompose(
+    "silu",
+    "mish",
+    "hardswish",
+    "hardsigmoid",
+    "addcmul",
+    "addcdiv",
+    "lerp",
+    "rsub",
+    "mse_loss",
+    "nll_loss_forward",
+    why="small composite: a few pointwise ops",
+)
+
+
+# kiln's own decompositions, for ops torch._decomp has none for.
+_OWN: dict[torch._ops.OpOverload, Callable] = {}
+
+
+def register(op: torch._ops.OpOverload, *, why: str):
+    """Register kiln's own decomposition of an ATen overload (checked to be one)."""
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+        raise ValueError(f"kiln decompositions: {op!r} is not an ATen op overload")
+
+    def wrap(fn: Callable) -> Callable:
+        if op in _OWN:
+            raise ValueError(f"kiln decompositions: {op} registered twice")
+        _OWN[op] = fn
+        DECOMPOSED[str(op).removeprefix("aten.")] = why
+        return fn
+
+    return wrap
+
+
+@register(aten.copy.default, why="functionalised copy_ has no derivative: expand + clone do")
+def _copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    out = src.to(dtype=dst.dtype, device=dst.device)
+    if out.shape != dst.shape:
+        out = out.expand(dst.shape)
+    return out.clone()
+
+
+def _batch_norm_in_eval(op: torch._ops.OpOverload, training_arg: int) -> Callable:
+    """`op`'s torch decomposition when it normalises with running statistics (eval mode):
+    then it is pure pointwise math. In training it also updates the running statistics in
+    place; it stays whole there and functionalisation handles the update."""
+    torch_decomp = _TORCH_TABLE[op]
+
+    def decomp(*args, **kwargs):
+        training = args[training_arg] if len(args) > training_arg else kwargs.get("training")
+        return NotImplemented if training else torch_decomp(*args, **kwargs)
+
+    return decomp
+
+
+for _op in (aten.native_batch_norm.default, aten.cudnn_batch_norm.default):
+    if _op in _TORCH_TABLE:  # (input, weight, bias, running_mean, running_var, training, ...)
+        register(_op, why="batch norm in eval mode: pointwise math fused with its neighbours")(
+            _batch_norm_in_eval(_op, 5)
+        )
+
+
+def functionalization_repairs() -> dict[torch._ops.OpOverload, Callable]:
+    """Decompositions the functional forward needs before autograd differentiates it:
+    functionalisation turns `dst.copy_(src)` into `aten.copy`, which has no derivative."""
+    return {aten.copy.default: _OWN[aten.copy.default]}
+
+
+def _overloads(name: str) -> list:
+    packet_name, _, overload = name.partition(".")
+    packet = getattr(aten, packet_name)
+    if overload:
+        return [getattr(packet, overload)] if hasattr(packet, overload) else []
+    return [getattr(packet, o) for o in packet.overloads()]
+
+
+@functools.cache
+def _table() -> tuple[dict, tuple[str, ...]]:
+    table: dict = {}
+    missing: list[str] = []
+    for name in DECOMPOSED:
+        if name in (str(op).removeprefix("aten.") for op in _OWN):
+            continue
+        found = [op for op in _overloads(name) if op in _TORCH_TABLE]
+        if not found:
+            missing.append(name)
+        for op in found:
+            table[op] = _TORCH_TABLE[op]
+    table.update(_OWN)
+    return table, tuple(missing)
+
+
+def default_decompositions() -> dict[torch._ops.OpOverload, Callable]:
+    """kiln's table (a fresh dict each call, so callers may extend it)."""
+    return dict(_table()[0])
+
+
+def missing_decompositions() -> tuple[str, ...]:
+    """Names in `DECOMPOSED` that this torch version has no decomposition for (skipped)."""
+    return _table()[1]
+
+
+def describe() -> str:
+    """The table as text, one op a line with the reason: what `KILN_LOGS=aot_graphs` shows."""
+    lines = [f"  {name:40s} {why}" for name, why in DECOMPOSED.items()]
+    skipped = missing_decompositions()
+    if skipped:
+        lines.append(f"  (not in this torch, kept whole: {', '.join(skipped)})")
+    return "\n".join(lines)

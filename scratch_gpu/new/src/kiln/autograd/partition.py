@@ -1,0 +1,243 @@
+"""Split a joint forward/backward graph into a forward graph and a backward graph.
+
+Takes a `Joint` (tracing.py): placeholders `primals_*`, `tangents_*`; outputs the forward's
+outputs then the input gradients. Gives a `Partition`: a forward `GraphModule` (primals ->
+forward outputs + saved values), a backward `GraphModule` (saved values + tangents -> the
+gradients that are not structurally zero), and what was saved, recomputed and dropped.
+
+Two strategies:
+- `"min_cut"` (the default): mincut.py picks the cheapest set of values to save; cheap ops
+  (pointwise math, views, constants: `is_recomputable`) that the backward needs are recomputed
+  there instead of being kept alive from the forward. Expensive ops (matmul, convolution,
+  reductions, anything unknown) always run in the forward, and random ops never run twice, so
+  the backward sees exactly the dropout mask the forward used.
+- `"save_all"`: save every forward value the backward reads, as eager autograd does; kept for
+  comparison (benchmarks/aot_partition.py) and as the fallback when no finite cut exists.
+
+A gradient that does not depend on any tangent is zero (gradients are linear in the tangents):
+such an input gets `None`, as in eager, where an unused parameter's `.grad` stays `None`.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx
+
+from . import mincut
+from .tracing import Joint
+
+aten = torch.ops.aten
+
+# Not pointwise-tagged, not views, yet as cheap to recompute as a fill or a copy.
+_CHEAP_PACKETS = {
+    aten.full,
+    aten.full_like,
+    aten.zeros,
+    aten.zeros_like,
+    aten.ones,
+    aten.ones_like,
+    aten.empty,
+    aten.empty_like,
+    aten.new_zeros,
+    aten.new_ones,
+    aten.new_full,
+    aten.new_empty,
+    aten.scalar_tensor,
+    aten.arange,
+    aten.clone,
+    aten._to_copy,
+    aten.lift_fresh_copy,
+    aten.where,
+}
+
+
+def _is_view_op(op: torch._ops.OpOverload) -> bool:
+    if hasattr(op, "is_view"):
+        return bool(op.is_view)
+    returns = op._schema.returns  # older torch: read the alias annotation of the result
+    return (
+        bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+    )
+
+
+def is_random(node: torch.fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and (
+        torch.Tag.nondeterministic_seeded in target.tags
+    )
+
+
+def is_recomputable(node: torch.fx.Node) -> bool:
+    """May this forward node run again in the backward? Cheap and deterministic ops only."""
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if target is operator.getitem:
+        return True
+    if not isinstance(target, torch._ops.OpOverload) or is_random(node):
+        return False
+    return (
+        torch.Tag.pointwise in target.tags
+        or _is_view_op(target)
+        or target.overloadpacket in _CHEAP_PACKETS
+    )
+
+
+def value_bytes(node: torch.fx.Node) -> int:
+    """Memory that saving `node` keeps alive; `INF` for values that cannot be saved."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return mincut.INF
+    dense = val.numel() * val.element_size()
+    try:
+        return min(dense, val.untyped_storage().nbytes())
+    except (NotImplementedError, RuntimeError):
+        return dense
+
+
+@dataclass
+class Partition:
+    fw: torch.fx.GraphModule
+    bw: torch.fx.GraphModule
+    num_fw_outputs: int
+    saved: list[str]
+    saved_bytes: int
+    recomputed: list[str]
+    grad_present: list[bool]  # per differentiable input: does the backward return a gradient?
+    strategy: str
+    notes: list[str] = field(default_factory=list)
+
+
+def _outputs(gm: torch.fx.GraphModule) -> list:
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    return list(torch.utils._pytree.tree_leaves(out.args[0]))
+
+
+def _ancestors(roots, stop) -> set[torch.fx.Node]:
+    seen: set[torch.fx.Node] = set()
+    todo = [r for r in roots if isinstance(r, torch.fx.Node)]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n not in stop:
+            todo.extend(n.all_input_nodes)
+    return seen
+
+
+def partition_joint(joint: Joint, strategy: str = "min_cut") -> Partition:
+    """Forward and backward graphs from the joint graph (see the module docstring)."""
+    if strategy not in ("min_cut", "save_all"):
+        raise ValueError(f"partition strategy {strategy!r}: choose 'min_cut' or 'save_all'")
+    graph = joint.gm.graph
+    placeholders = graph.find_nodes(op="placeholder")
+    primals = placeholders[: joint.num_primals]
+    tangents = placeholders[joint.num_primals :]
+    outs = _outputs(joint.gm)
+    n_fw = joint.forward.num_outputs
+    fw_outs, grads = outs[:n_fw], outs[n_fw:]
+
+    tangent_dep: set[torch.fx.Node] = set(tangents)
+    for n in graph.nodes:
+        if n.op == "call_function" and any(a in tangent_dep for a in n.all_input_nodes):
+            tangent_dep.add(n)
+    grad_present = [isinstance(g, torch.fx.Node) and g in tangent_dep for g in grads]
+    live_grads = [g for g, keep in zip(grads, grad_present) if keep]
+
+    bw_nodes = _ancestors(live_grads, stop=set())
+    forward_nodes = [
+        n for n in graph.nodes if n.op in ("placeholder", "call_function") and n not in tangent_dep
+    ]
+    read_by_backward = {
+        n
+        for n in forward_nodes
+        if n in bw_nodes and (n in live_grads or any(u in tangent_dep for u in n.users))
+    }
+    notes: list[str] = []
+    saved = None
+    if strategy == "min_cut":
+        relevant = [n for n in forward_nodes if n in bw_nodes]
+        saved = mincut.choose_saved(
+            relevant,
+            {n: list(n.users) for n in relevant},
+            {n for n in relevant if n.op == "placeholder" or not is_recomputable(n)},
+            read_by_backward,
+            {n: value_bytes(n) for n in relevant},
+        )
+        if saved is None:
+            notes.append("no finite cut (a value that cannot be saved is needed): saved all")
+    if saved is None:
+        saved = [n for n in forward_nodes if n in read_by_backward]
+        strategy = "save_all"
+
+    fw = _forward_graph(joint.gm, primals, fw_outs, saved)
+    bw, recomputed = _backward_graph(joint.gm, saved, tangents, live_grads, tangent_dep)
+    return Partition(
+        fw=fw,
+        bw=bw,
+        num_fw_outputs=n_fw,
+        saved=[n.name for n in saved],
+        saved_bytes=sum(value_bytes(n) for n in saved),
+        recomputed=recomputed,
+        grad_present=grad_present,
+        strategy=strategy,
+        notes=notes,
+    )
+
+
+def _forward_graph(joint_gm, primals, fw_outs, saved) -> torch.fx.GraphModule:
+    needed = _ancestors([*fw_outs, *saved], stop=set())
+    g = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for n in joint_gm.graph.nodes:
+        if n in primals:
+            env[n] = g.placeholder(n.name)
+            env[n].meta = dict(n.meta)
+        elif n.op == "call_function" and n in needed:
+            env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in [*fw_outs, *saved]))
+    g.lint()
+    return torch.fx.GraphModule(joint_gm, g, class_name="KilnForward")
+
+
+def _backward_graph(joint_gm, saved, tangents, live_grads, tangent_dep):
+    """Backward nodes in the joint graph's order (the autograd engine's); each recomputed
+    forward node is placed just before its first use, so recomputed values live briefly
+    instead of all being rebuilt, and held, at the start of the backward."""
+    needed = _ancestors(live_grads, stop=set(saved) | set(tangents))
+    g = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for n in [*saved, *tangents]:
+        env[n] = g.placeholder(n.name)
+        env[n].meta = dict(n.meta)
+    recomputed = []
+
+    def emit(root: torch.fx.Node) -> None:
+        stack = [root]
+        while stack:
+            n = stack[-1]
+            missing = [a for a in n.all_input_nodes if a not in env]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            if n in env:
+                continue
+            if n not in tangent_dep:
+                if not is_recomputable(n):  # the cut guarantees this; a failure is a kiln bug
+                    raise AssertionError(f"partition: {n.name} ({n.target}) recomputed in backward")
+                recomputed.append(n.name)
+            env[n] = g.node_copy(n, lambda a: env[a])
+
+    for n in joint_gm.graph.nodes:
+        if n in needed and n in tangent_dep and n.op == "call_function":
+            emit(n)
+    for gr in live_grads:
+        emit(gr)
+    g.output(tuple(env[gr] for gr in live_grads))
+    g.lint()
+    return torch.fx.GraphModule(joint_gm, g, class_name="KilnBackward"), recomputed

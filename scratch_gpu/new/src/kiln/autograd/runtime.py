@@ -1,0 +1,160 @@
+"""Running compiled graphs with eager's semantics: autograd, mutation write-back, aliasing.
+
+Takes compiled forward/backward callables (what `fw_compiler` / `bw_compiler` returned) plus
+the `GraphMeta` of the original graph; gives entries that take the call's flat inputs and
+return what the original graph returned:
+
+- `TrainingEntry` runs forward and backward as one `torch.autograd.Function`
+  (`CompiledFunction`). The forward returns the user-visible values and saves what the
+  partition chose; the backward feeds saved values and tangents to the compiled backward.
+- `InferenceEntry` runs one forward graph, no autograd.
+
+Both then write new values of mutated inputs back into the inputs (`copy_`, so the caller's
+tensors and module buffers change as in eager), and rebuild outputs that eager would have
+returned as aliases: an input itself, a view of an input, a view of another output, the same
+tensor twice. Views are rebuilt with `as_strided` on the real base, so `_base`, storage sharing
+and gradients through the view behave as in eager.
+
+Double backward (`create_graph=True`) is refused in the backward with `DOUBLE_BACKWARD_MESSAGE`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.utils import _pytree as pytree
+
+from .analyze import GraphMeta, OutputAlias
+from .errors import DOUBLE_BACKWARD_MESSAGE
+
+
+@dataclass
+class TrainingPlan:
+    """Everything the autograd.Function needs, fixed at compile time."""
+
+    fw: Callable
+    bw: Callable
+    num_fw_outputs: int
+    diff_outputs: list[int]  # forward outputs that take a tangent
+    non_diff_outputs: list[int]
+    diff_inputs: list[int]  # tensor-input positions that may get a gradient
+    grad_present: list[bool]  # per diff input: does the backward return one?
+    num_tensor_inputs: int
+    clone_saved: list[int]  # saved values that are inputs mutated later: saved as copies
+
+
+def call_compiled(fn: Callable, args: list):
+    """Call a compiled graph: boxed ones (`_boxed_call`) take the list and may empty it."""
+    if getattr(fn, "_boxed_call", False):
+        return fn(args)
+    return fn(*args)
+
+
+class CompiledFunction(torch.autograd.Function):
+    """One compiled forward and its compiled backward, as a single autograd node."""
+
+    @staticmethod
+    def forward(ctx, plan: TrainingPlan, *tensors: torch.Tensor):
+        outs = call_compiled(plan.fw, list(tensors))
+        fw_outs = list(outs[: plan.num_fw_outputs])
+        saved = list(outs[plan.num_fw_outputs :])
+        for k in plan.clone_saved:
+            saved[k] = saved[k].clone()
+        ctx.save_for_backward(*saved)
+        ctx.plan = plan
+        ctx.mark_non_differentiable(*(fw_outs[j] for j in plan.non_diff_outputs))
+        return tuple(fw_outs)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        if torch.is_grad_enabled():
+            raise RuntimeError(DOUBLE_BACKWARD_MESSAGE)
+        plan: TrainingPlan = ctx.plan
+        args = [*ctx.saved_tensors, *(grads[j].contiguous() for j in plan.diff_outputs)]
+        if hasattr(ctx, "maybe_clear_saved_tensors"):  # unless retain_graph: `args` holds them
+            ctx.maybe_clear_saved_tensors()  # now, and a boxed graph frees each when it is dead
+        del grads
+        computed = iter(call_compiled(plan.bw, args))
+        result: list[Any] = [None] * plan.num_tensor_inputs
+        for pos, present in zip(plan.diff_inputs, plan.grad_present):
+            if present:
+                result[pos] = next(computed)
+        return (None, *result)
+
+
+def _tensors(args) -> list[torch.Tensor]:
+    return [a for a in args if isinstance(a, torch.Tensor)]
+
+
+def _rebuild_view(base: torch.Tensor, alias: OutputAlias, offset: int) -> torch.Tensor:
+    src = base if base.dtype == alias.dtype else base.view(alias.dtype)
+    with torch.set_grad_enabled(alias.requires_grad):
+        return src.as_strided(alias.size, alias.stride, offset)
+
+
+def _write_back(meta: GraphMeta, args, new_values) -> None:
+    for pos, value in zip(meta.mutated, new_values):
+        with torch.set_grad_enabled(value.requires_grad):
+            args[pos].copy_(value)
+
+
+def _assemble(meta: GraphMeta, args, fresh, bases) -> Any:
+    flat: list[Any] = []
+    fresh_it = iter(fresh)
+    for alias in meta.outputs:
+        if alias.kind == "fresh":
+            flat.append(next(fresh_it))
+        elif alias.kind == "const":
+            flat.append(alias.value)
+        elif alias.kind == "input":
+            flat.append(args[alias.index])
+        elif alias.kind == "input_view":
+            flat.append(_rebuild_view(args[alias.index], alias, alias.offset))
+        elif alias.kind == "dup":
+            flat.append(flat[alias.index])
+        else:  # base_view
+            base = bases[meta.bases.index(alias.base)]
+            flat.append(_rebuild_view(base, alias, base.storage_offset() + alias.offset))
+    return pytree.tree_unflatten(flat, meta.out_spec)
+
+
+def _finish(meta: GraphMeta, args, outs) -> Any:
+    k, f = len(meta.mutated), sum(a.kind == "fresh" for a in meta.outputs)
+    _write_back(meta, args, outs[:k])
+    result = _assemble(meta, args, outs[k : k + f], outs[k + f :])
+    if meta.grad_mode_nodes:
+        torch._C._set_grad_enabled(meta.final_grad_mode)
+    return result
+
+
+class TrainingEntry:
+    """Compiled forward + backward for one (grad mode, requires_grad pattern) of the inputs."""
+
+    def __init__(self, meta: GraphMeta, plan: TrainingPlan, tensor_only: bool = False):
+        self.meta = meta
+        self.plan = plan
+        self.tensor_only = tensor_only  # every input is a tensor: nothing to filter out
+
+    def __call__(self, args) -> Any:
+        with torch.enable_grad():
+            tensors = args if self.tensor_only else _tensors(args)
+            outs = CompiledFunction.apply(self.plan, *tensors)
+        return _finish(self.meta, args, outs)
+
+
+class InferenceEntry:
+    """One compiled forward graph; nothing in it needs a gradient."""
+
+    def __init__(self, meta: GraphMeta, forward: Callable, tensor_only: bool = False):
+        self.meta = meta
+        self.forward = forward
+        self.tensor_only = tensor_only  # every input is a tensor: nothing to filter out
+
+    def __call__(self, args) -> Any:
+        with torch.no_grad():
+            # a fresh list either way: a boxed callable empties the one it is given
+            tensors = list(args) if self.tensor_only else _tensors(args)
+            outs = call_compiled(self.forward, tensors)
+        return _finish(self.meta, args, outs)

@@ -1,0 +1,219 @@
+"""From a torch-level graph to functional ATen graphs: the forward, the joint, the inference one.
+
+Takes the captured `GraphModule`, its `GraphMeta` (analyze.py) and the call's inputs; gives
+`torch.fx.GraphModule`s of ATen ops with no in-place ops and no input mutation, traced with
+`make_fx` on fake tensors (nothing runs for real, no memory is allocated):
+
+- `trace_functional_forward`: the torch-level graph through `torch.func.functionalize`, with
+  only the decompositions autograd needs there (`decomps.functionalization_repairs`). Its
+  outputs are `(new values of mutated inputs, fresh user outputs, bases of view outputs)`; the
+  runtime writes the first group back into the inputs. Tensors made while grad mode is off are
+  `detach`ed, so no-grad regions survive into the joint graph.
+- `trace_joint`: forward and backward in one graph, by `torch.func.vjp` of the functional
+  forward, under `functionalize` (backward formulas may use in-place ops) and kiln's
+  decomposition table. Placeholders are `primals_*` then `tangents_*`; outputs are the forward's
+  outputs then one gradient per input that requires grad.
+- `trace_inference`: the forward alone, decomposed, for calls that need no backward.
+
+Why two traces for training: mutations must be made functional before autograd sees the graph
+(a primal of `vjp` may not be mutated), and the functional forward is cheap to trace again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functionalize, vjp
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils import _pytree as pytree
+
+from . import decomps
+from .analyze import GradModeInterpreter, GraphMeta
+
+aten = torch.ops.aten
+
+
+@dataclass
+class FunctionalForward:
+    """A functional forward graph and the layout of its flat outputs."""
+
+    gm: torch.fx.GraphModule
+    num_mutated: int
+    num_fresh: int
+    num_bases: int
+    requires_grad: list[bool]  # per flat output, from the fake run of the original graph
+
+    @property
+    def num_outputs(self) -> int:
+        return self.num_mutated + self.num_fresh + self.num_bases
+
+
+def _functional_body(gm: torch.fx.GraphModule, meta: GraphMeta, grad_enabled: bool, detach: bool):
+    fresh_pos = [j for j, a in enumerate(meta.outputs) if a.kind == "fresh"]
+
+    def body(*args):
+        interp = GradModeInterpreter(gm, grad_enabled, detach_no_grad=detach)
+        flat = pytree.tree_leaves(interp.run(*args))
+        mutated = [args[i] for i in meta.mutated]
+        fresh = [flat[j] for j in fresh_pos]
+        bases = [interp.values[b] for b in meta.bases]
+        return (*mutated, *fresh, *bases)
+
+    return body
+
+
+def _trace(fn, args: list, mode: FakeTensorMode, decompositions: dict | None):
+    with mode:
+        traced = make_fx(
+            functionalize(fn, remove="mutations"), decomposition_table=decompositions or {}
+        )(*args)
+    _drop_input_copy_back(traced)
+    return traced
+
+
+def _drop_input_copy_back(gm: torch.fx.GraphModule) -> None:
+    """`functionalize` ends with `copy_(input, new_value)` for each mutated input; kiln returns
+    the new values instead and writes them back in the runtime wrapper."""
+    for node in list(gm.graph.nodes):
+        if (
+            node.op == "call_function"
+            and node.target is aten.copy_.default
+            and node.args[0].op == "placeholder"
+            and not node.users
+        ):
+            gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
+
+
+def fake_args(mode: FakeTensorMode, inputs: list) -> list:
+    """Fake, detached copies of the tensor inputs: traced graphs take tensors only."""
+    return [mode.from_tensor(x.detach()) for x in inputs if isinstance(x, torch.Tensor)]
+
+
+def _with_constants(fn, inputs: list):
+    """Non-tensor inputs are baked into the trace; the graph takes only the tensors."""
+    tensor_pos = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+    if len(tensor_pos) == len(inputs):
+        return fn
+
+    def with_constants(*tensors):
+        args = list(inputs)
+        for i, t in zip(tensor_pos, tensors):
+            args[i] = t
+        return fn(*args)
+
+    return with_constants
+
+
+def _layout(meta: GraphMeta) -> dict:
+    return dict(
+        num_mutated=len(meta.mutated),
+        num_fresh=sum(a.kind == "fresh" for a in meta.outputs),
+        num_bases=len(meta.bases),
+        requires_grad=[*meta.mutated_requires_grad, *meta.fresh_requires_grad]
+        + list(meta.base_requires_grad),
+    )
+
+
+def trace_functional_forward(
+    gm: torch.fx.GraphModule, meta: GraphMeta, inputs: list, grad_enabled: bool
+) -> FunctionalForward:
+    """Stage 1 of training: functional ATen forward, no decompositions, no-grad made explicit."""
+    mode = FakeTensorMode()
+    body = _with_constants(_functional_body(gm, meta, grad_enabled, detach=True), inputs)
+    traced = _trace(body, fake_args(mode, inputs), mode, decomps.functionalization_repairs())
+    _keep_attention_logsumexp(traced)
+    return FunctionalForward(traced, **_layout(meta))
+
+
+# Fused attention ops whose backward reads the forward's logsumexp, which they only compute when
+# asked (argument 4, `compute_log_sumexp`).
+_LSE_FLAG = {
+    aten._scaled_dot_product_efficient_attention.default: 4,
+    aten._scaled_dot_product_cudnn_attention.default: 4,
+}
+
+
+def _keep_attention_logsumexp(gm: torch.fx.GraphModule) -> None:
+    """`scaled_dot_product_attention` picks `compute_log_sumexp=query.requires_grad` when it
+    decomposes; the stage-1 trace runs on detached fake tensors, so it picked False, and the
+    backward would get an empty logsumexp (wrong gradients, or ATen's "LSE is not correctly
+    aligned"). A training forward always computes it."""
+    changed = False
+    for node in gm.graph.nodes:
+        pos = _LSE_FLAG.get(node.target) if node.op == "call_function" else None
+        if pos is not None and len(node.args) > pos and node.args[pos] is False:
+            node.args = (*node.args[:pos], True, *node.args[pos + 1 :])
+            changed = True
+    if changed:
+        gm.recompile()
+
+
+def trace_inference(
+    gm: torch.fx.GraphModule,
+    meta: GraphMeta,
+    inputs: list,
+    grad_enabled: bool,
+    decompositions: dict,
+) -> FunctionalForward:
+    """The whole forward as one functional, decomposed ATen graph; no autograd."""
+    mode = FakeTensorMode()
+    body = _with_constants(_functional_body(gm, meta, grad_enabled, detach=False), inputs)
+    traced = _trace(body, fake_args(mode, inputs), mode, decompositions)
+    return FunctionalForward(traced, **_layout(meta))
+
+
+@dataclass
+class Joint:
+    """The joint graph and what its placeholders and outputs mean."""
+
+    gm: torch.fx.GraphModule
+    forward: FunctionalForward
+    diff_inputs: list[int]  # tensor-input positions that get a gradient (primals requiring grad)
+    diff_outputs: list[int]  # forward-output positions that take a tangent
+
+    @property
+    def num_primals(self) -> int:
+        return len(self.forward.gm.graph.find_nodes(op="placeholder"))
+
+
+def trace_joint(fw: FunctionalForward, tensor_inputs: list, decompositions: dict) -> Joint:
+    """Stage 2 of training: `vjp` of the functional forward, traced as one functional graph."""
+    diff_inputs = [i for i, x in enumerate(tensor_inputs) if x.requires_grad]
+    diff_outputs = [j for j, rg in enumerate(fw.requires_grad) if rg]
+    fw_gm = fw.gm
+
+    def joint(primals, tangents):
+        def differentiable_part(*diff):
+            args = list(primals)
+            for i, d in zip(diff_inputs, diff):
+                args[i] = d
+            outs = fw_gm(*args)
+            return tuple(outs[j] for j in diff_outputs), tuple(outs)
+
+        diff_primals = [primals[i] for i in diff_inputs]
+        _, pullback, outs = vjp(differentiable_part, *diff_primals, has_aux=True)
+        grads = pullback(tuple(tangents))
+        return (*outs, *grads)
+
+    mode = FakeTensorMode()
+    primals = fake_args(mode, tensor_inputs)
+    out_vals = _output_values(fw_gm)
+    with mode:
+        tangents = [
+            torch.empty(v.shape, dtype=v.dtype, device=v.device)
+            for v in (out_vals[j] for j in diff_outputs)
+        ]
+    traced = _trace(joint, [primals, tangents], mode, decompositions)
+    return Joint(traced, fw, diff_inputs, diff_outputs)
+
+
+def _output_values(gm: torch.fx.GraphModule) -> list:
+    out = gm.graph.output_node() if hasattr(gm.graph, "output_node") else None
+    if out is None:
+        out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    return [a.meta["val"] for a in pytree.tree_leaves(out.args[0])]

@@ -1,0 +1,33 @@
+"""capture/: Python bytecode -> torch-level FX graph + guards + a residual program.
+
+In: a function, bound method or nn.Module and its call arguments. Out: the call's result
+(traced by running kiln's interpreter on the real values), and for later calls a cache entry:
+a generated Python function that checks guards, runs the backend's compiled graph, replays side
+effects and rebuilds outputs; at a graph break it calls a continuation.
+
+frontend.py         the compiled callable: cache of entries, tracing on a miss, limits
+interpreter.py      frames, the run loop, exception dispatch, interpreted generators
+bytecode.py         every CPython-version difference; opcode handler registry
+ops_basic.py        handlers: stack, locals, cells, globals, attributes, operators, subscripts
+ops_build.py        handlers: tuples, lists, sets, dicts, strings, unpacking
+ops_call.py         handlers: calls, keyword names, function creation, intrinsics, imports
+ops_control.py      handlers: jumps, loops, return/yield, exceptions, with
+calls.py            how a call runs: inline, native (recorded), or a graph break
+attributes.py       attribute loads/stores with sources, guards and replayed stores
+module_calls.py     nn.Module calls: hooks + forward
+builtin_specials.py getattr/hasattr/setattr/delattr/print/len/iter with kiln's semantics
+tracer.py           the recording side: FX graph, placeholders, guards, TorchFunctionMode
+torch_calls.py      what a torch call is (graph op, metadata, data read) and its FX node
+sources.py          where a value came from, as guard/residual code
+guards.py           guard kinds, their code, and the recompile explanation
+module_tree.py      a version number of watched modules' structure (one guard for all params)
+side_effects.py     stores into outside objects and prints, to replay
+context_vars.py     contextvars get/set/reset: run for real, shadowed, net effect replayed
+residual.py         rebuilding values; the generated entry function
+continuations.py    graph breaks: frame-chain snapshots, continuations' frames, resuming
+breaks.py           what happens at a break: graph so far, the step, the continuation
+symbolic.py         SymInt/SymFloat: numbers that are graph values and guard by use
+dynamic.py          dynamic shapes: fake tensors with symbolic sizes, shape guards
+explain.py          kiln.explain and the `kiln explain` command
+errors.py           Unsupported (user-facing) and kiln's internal signals
+"""

@@ -1,0 +1,183 @@
+"""What happens at a graph break: compile the graph so far, take the one step in plain Python,
+and hand the rest of the call to a continuation.
+
+Takes the `GraphBreakAt` the interpreter raised (the frames, the step, the reason); gives the
+call's result. The cache entry it installs runs the graph, replays side effects, rebuilds the
+frames' live values, performs the step and calls the continuation; the current call does the
+same with the real values. When the live state cannot be rebuilt on later calls, the function
+runs eagerly from then on (the current call still finishes through the interpreter).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from .. import logs
+from .continuations import (
+    GraphBreakAt,
+    NotResumable,
+    build_frames,
+    continuation_key,
+    resume_chain,
+    snapshot,
+    with_pc,
+)
+from .interpreter import Interpreter
+from .residual import NotRebuildable
+from .sources import LocalSource
+
+
+def handle(cf, tracer, brk: GraphBreakAt) -> Any:
+    root = getattr(cf, "root_cf", cf)
+    root.breaks.append((brk.reason, brk.where, brk.hint))
+    logs.once(
+        f"break:{id(root)}:{brk.where}:{brk.reason}",
+        "graph_breaks",
+        f"graph break in {root.label}\n  at {brk.where}\n  reason: {brk.reason}"
+        + (f"\n  hint: {brk.hint}" if brk.hint else ""),
+    )
+    try:
+        specs, values = snapshot(tracer, brk.chain)
+    except NotResumable as e:
+        specs, values = None, []
+        cf._give_up(f"graph break ({brk.reason}) at a point kiln cannot resume: {e}", tracer)
+    step = brk.step
+    conts: dict[bool, Any] = {}
+    if specs is not None:
+        inner_pc = brk.chain[-1].pc
+        if step[0] == "call":
+            conts[True] = continuation(root, with_pc(specs, inner_pc, push=True), len(values) + 1)
+        else:
+            _, _value, target, nxt, jump_if_true = step
+            conts[jump_if_true] = continuation(root, with_pc(specs, target, False), len(values))
+            conts[not jump_if_true] = continuation(root, with_pc(specs, nxt, False), len(values))
+        try:
+            cf._install(tracer, None, tail=lambda rb: _tail(rb, step, values, conts))
+        except NotRebuildable as e:
+            cf._give_up(
+                f"graph break ({brk.reason}); the state at the break cannot be rebuilt "
+                f"on later calls: {e}",
+                tracer,
+            )
+    return _finish_call(cf, tracer, brk, specs, values, conts)
+
+
+def _tail(rb, step: tuple, values: list, conts: dict) -> list[str]:
+    vals = [rb.expr(v) for v in values]
+    if step[0] == "call":
+        _, fn, args, kwargs = step
+        call_args = [rb.expr(a) for a in args]
+        if kwargs:
+            call_args.append("**" + rb.expr(dict(kwargs)))
+        cont = rb.namer.const(conts[True], "cont")
+        return [
+            f"___r = {rb.expr(fn)}({', '.join(call_args)})",
+            f"return {cont}({', '.join([*vals, '___r'])})",
+        ]
+    _, value, _target, _nxt, _jump_if_true = step
+    yes, no = rb.namer.const(conts[True], "cont"), rb.namer.const(conts[False], "cont")
+    return [
+        f"if {rb.expr(value)}:",
+        f"    return {yes}({', '.join(vals)})",
+        f"return {no}({', '.join(vals)})",
+    ]
+
+
+def _finish_call(cf, tracer, brk: GraphBreakAt, specs, values: list, conts: dict) -> Any:
+    """Finish the call that broke, with its real values: the step, then the continuation."""
+    step = brk.step
+    try:
+        if step[0] == "call":
+            _, fn, args, kwargs = step
+            outcome = fn(*args, **kwargs)
+        else:
+            outcome = bool(step[1])
+    except Exception as e:  # the user's frame may catch it: finish concretely
+        return _resume_concretely(cf, brk, exc=e)
+    if specs is None:
+        return _resume_concretely(cf, brk, outcome=outcome)
+    if step[0] == "call":
+        return conts[True](*values, outcome)
+    return conts[outcome](*values)
+
+
+def concrete_interpreter(cf) -> Interpreter:
+    """An interpreter whose tracer records nothing: it just finishes a call correctly."""
+    from .tracer import Break, Tracer
+
+    tracer = Tracer(cf.opts, lambda: "<running eagerly>")
+    tracer.broken = Break("running eagerly", "", "")
+    return Interpreter(tracer, cf.root_globals)
+
+
+def _resume_concretely(cf, brk: GraphBreakAt, outcome: Any = None, exc=None) -> Any:
+    interp = concrete_interpreter(cf)
+    inner = brk.chain[-1]
+    if exc is None:
+        if brk.step[0] == "call":
+            inner.stack.append(outcome)
+        else:
+            _, _value, target, nxt, jump_if_true = brk.step
+            inner.pc = target if outcome == jump_if_true else nxt
+    return resume_chain(interp, brk.chain, exc)
+
+
+def continuation(root, specs, nvalues: int):
+    key = continuation_key(specs)
+    cont = root.continuations.get(key)
+    if cont is None:
+        cont = root.continuations[key] = Continuation(root, specs, nvalues)
+    return cont
+
+
+def _make_continuation_class():
+    from .frontend import CompiledFunction
+
+    class Continuation(CompiledFunction):
+        """The rest of a compiled function after a graph break, as a compiled callable of the
+        frames' live values."""
+
+        def __init__(self, root, specs, nvalues: int) -> None:
+            params = [
+                inspect.Parameter(f"___v{i}", inspect.Parameter.POSITIONAL_ONLY)
+                for i in range(nvalues)
+            ]
+            inner = specs[-1]
+            line = inner.fn.__code__.co_firstlineno
+            label = f"{root.label} [resume in {inner.fn.__qualname__}@{line} pc {inner.pc}]"
+            super().__init__(
+                None, None, root.opts, label, root.root_globals, signature=inspect.Signature(params)
+            )
+            self.root_cf = root
+            self.specs = specs
+            self.result_slot = nvalues - 1 if specs[-1].stack_nulls[-1:] == (False,) else -1
+
+        def _run_root(self, tracer, interp, args, kwargs):
+            values = list(args)
+            for i, v in enumerate(values):
+                src = LocalSource(f"___v{i}")
+                if i == self.result_slot:
+                    values[i] = tracer.symbolic_value(v, src)  # t.item(), t.tolist(): by use
+                else:
+                    tracer.track(v, src)
+            frames = build_frames(tracer, self.specs, values)
+            interp.root_frame = frames[0]
+            interp.root_resumable = True
+            return resume_chain(interp, frames)
+
+        def run_eagerly(self, args: tuple, kwargs: dict):
+            interp = concrete_interpreter(self)
+            return resume_chain(interp, build_frames(interp.tracer, self.specs, list(args)))
+
+    return Continuation
+
+
+_cls = None
+
+
+def Continuation(root, specs, nvalues):  # noqa: N802 - a class made lazily (import cycle)
+    global _cls
+    if _cls is None:
+        _cls = _make_continuation_class()
+    return _cls(root, specs, nvalues)

@@ -1,0 +1,95 @@
+"""Builtins with interpreter semantics: `getattr`, `hasattr`, `setattr`, `delattr`, `print`,
+`len`, `iter`.
+
+Takes the call's arguments; gives what the builtin returns, but through kiln's own attribute
+and dunder handling, so what they read is guarded (getattr), what they change is replayed
+(setattr, print), and user-level `__len__`/`__iter__` run on the interpreter.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import torch
+
+from .attributes import delete_attr, load_attr, python_dunder, store_attr
+
+
+def interp_call(interp, fn, args, kwargs):
+    from .calls import interp_call as call
+
+    return call(interp, fn, args, kwargs)
+
+
+def native_call(interp, fn, args, kwargs):
+    from .calls import native_call as call
+
+    return call(interp, fn, args, kwargs)
+
+
+def _getattr(interp, args, kwargs):
+    if len(args) == 3:
+        try:
+            return load_attr(interp, args[0], args[1])
+        except AttributeError:
+            return args[2]
+    return load_attr(interp, args[0], args[1])
+
+
+def _hasattr(interp, args, kwargs):
+    try:
+        load_attr(interp, args[0], args[1])
+        return True
+    except AttributeError:
+        return False
+
+
+def _setattr(interp, args, kwargs):
+    store_attr(interp, args[0], args[1], args[2])
+
+
+def _delattr(interp, args, kwargs):
+    delete_attr(interp, args[0], args[1])
+
+
+def _print(interp, args, kwargs):
+    tracer = interp.tracer
+    if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
+        tracer.graph_break(
+            "print() of a tensor needs its values",
+            "print outside the compiled function, or print metadata only",
+        )
+    elif tracer.recording:
+        if kwargs.get("file") is not None:
+            tracer.graph_break("print(file=...) writes to a stream kiln does not replay")
+        tracer.side_effects.print_call(args, dict(kwargs))
+        tracer.effects_visible = True
+    return native_call(interp, print, args, kwargs)
+
+
+def _len(interp, args, kwargs):
+    if len(args) == 1 and isinstance(args[0], torch.Tensor) and args[0].dim() > 0:
+        return args[0].shape[0]  # symbolic when the size is dynamic
+    fn = python_dunder(args[0], "__len__") if len(args) == 1 else None
+    if fn is not None:
+        n = interp_call(interp, fn, (args[0],), {})
+        if not isinstance(n, int):
+            raise TypeError(f"'{type(n).__name__}' object cannot be interpreted as an integer")
+        return n
+    return len(*args)
+
+
+def _iter(interp, args, kwargs):
+    fn = python_dunder(args[0], "__iter__") if len(args) == 1 else None
+    return iter(interp_call(interp, fn, (args[0],), {})) if fn else iter(*args)
+
+
+SPECIAL = {
+    builtins.getattr: _getattr,
+    builtins.hasattr: _hasattr,
+    builtins.setattr: _setattr,
+    builtins.delattr: _delattr,
+    builtins.print: _print,
+    builtins.len: _len,
+    builtins.iter: _iter,
+}

@@ -1,0 +1,132 @@
+"""Everything that differs between CPython versions' bytecode, in one place.
+
+Takes a code object; gives a `CodeInfo`: its instructions (decoded once and cached), the
+index of each jump target, the exception-table handler of each instruction, and the opcode
+handler of each instruction. Handlers register with `@opcode(name, since=, until=)`, which
+checks that the opcode exists in this interpreter's `dis.opmap` for the versions it claims.
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+PY = sys.version_info[:2]
+
+_HANDLERS: dict[str, Callable] = {}
+
+
+def opcode(*names: str, since: tuple[int, int] = (3, 11), until: tuple[int, int] = (3, 99)):
+    """Register a handler for opcodes `names` on Python versions since <= v < until."""
+
+    def register(fn: Callable) -> Callable:
+        if since <= PY < until:
+            for name in names:
+                if name not in dis.opmap:
+                    raise AssertionError(f"opcode {name} does not exist on Python {PY}")
+                if name in _HANDLERS:
+                    raise AssertionError(f"opcode {name} registered twice")
+                _HANDLERS[name] = fn
+        return fn
+
+    return register
+
+
+def handler(name: str) -> Callable | None:
+    return _HANDLERS.get(name)
+
+
+@dataclass(frozen=True)
+class ExcEntry:
+    start: int
+    end: int
+    target: int
+    depth: int
+    lasti: bool
+
+
+class CodeInfo:
+    """Decoded bytecode of one code object, shared by every frame that runs it."""
+
+    def __init__(self, code) -> None:
+        self.code = code
+        self.instructions = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+        self.index_of = {inst.offset: k for k, inst in enumerate(self.instructions)}
+        self.handlers = [_HANDLERS.get(i.opname, _unknown) for i in self.instructions]
+        entries = [
+            ExcEntry(e.start, e.end, e.target, e.depth, e.lasti)
+            for e in dis._parse_exception_table(code)  # stable since 3.11
+        ]
+        self.exc_handler: list[ExcEntry | None] = []
+        for inst in self.instructions:
+            found = None
+            for e in entries:
+                if e.start <= inst.offset < e.end:
+                    found = e
+                    break
+            self.exc_handler.append(found)
+
+    def target(self, inst) -> int:
+        """Instruction index a jump goes to (dis has already made relative jumps absolute)."""
+        return self.index_of[inst.argval]
+
+    def location(self, index: int) -> tuple[str, int | None]:
+        inst = self.instructions[min(index, len(self.instructions) - 1)]
+        line = inst.positions.lineno if inst.positions else None
+        return self.code.co_filename, line
+
+
+def _unknown(interp, frame, inst):
+    from .errors import AbortTrace
+
+    raise AbortTrace(f"kiln's interpreter does not implement opcode {inst.opname} on Python {PY}")
+
+
+_cache: dict = {}
+
+
+def code_info(code) -> CodeInfo:
+    info = _cache.get(code)
+    if info is None:
+        info = _cache[code] = CodeInfo(code)
+    return info
+
+
+# ---- version differences in operands ---------------------------------------------------------
+
+BINARY_OPS: list[str] = [sym for _, sym in dis._nb_ops]  # index -> "+", "+=", ...
+
+
+def load_global_pushes_null(inst) -> bool:
+    return bool(inst.arg & 1)
+
+
+def load_attr_is_method(inst) -> bool:
+    """3.12+: LOAD_ATTR's low bit asks for the method form (push NULL/self)."""
+    return PY >= (3, 12) and bool(inst.arg & 1)
+
+
+def super_attr_flags(inst) -> tuple[bool, bool]:
+    """LOAD_SUPER_ATTR (3.12+): (method form, two-argument super)."""
+    return bool(inst.arg & 1), bool(inst.arg & 2)
+
+
+def for_iter_exhausted_index(info: CodeInfo, inst) -> int:
+    """Where FOR_ITER continues once the iterator is exhausted (iterator already popped).
+
+    3.11 jumps to the target. 3.12 jumps to END_FOR and skips it. 3.13 jumps to END_FOR, which
+    is followed by POP_TOP (the pair pops the iterator and the missing value); we skip both.
+    """
+    k = info.target(inst)
+    ins = info.instructions
+    if PY >= (3, 12) and ins[k].opname == "END_FOR":
+        k += 1
+        if PY >= (3, 13) and ins[k].opname == "POP_TOP":
+            k += 1
+    return k
+
+
+def make_function_flags(inst) -> int:
+    return inst.arg if PY < (3, 13) else 0

@@ -1,0 +1,519 @@
+"""Calls and attribute access inside a trace: inline, run natively, or break the graph.
+
+Takes a callable and its arguments (or an object and an attribute name) as the interpreter
+meets them; gives the result. Python functions are inlined (run on kiln's interpreter) so that
+what they read is guarded; torch functions and pure builtins run natively (the recording mode
+sees every torch call they make); nn.Module calls run their hooks and `forward` as
+`Module.__call__` would; anything kiln does not model is a graph break, after which the call
+still runs, natively, so the traced call finishes with eager's result.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from contextvars import ContextVar
+from typing import Any
+
+import torch
+
+from . import context_vars
+from .attributes import (  # noqa: F401  (re-exported: handlers import them from here)
+    STRUCTURE,
+    _attr_source,
+    _class_attr,
+    delete_attr,
+    load_attr,
+    python_dunder,
+    store_attr,
+)
+from .symbolic import _Sym
+from .symbolic import plain as sym_plain
+
+# Python functions run natively rather than inlined: torch APIs that dispatch through
+# __torch_function__ (the recording mode sees them as one call) and pure library helpers.
+NATIVE_PY_MODULES = (
+    "torch.nn.functional",
+    "torch.functional",
+    "torch._tensor",
+    "torch.overrides",
+    "torch._jit_internal",
+    "torch.nn.init",
+    "torch._refs",
+    "torch._prims",
+    "torch._decomp",
+    "torch.fx",
+    "torch.utils._pytree",
+    "torch.autograd.grad_mode",
+    "torch.amp.autocast_mode",
+    "torch.random",
+    "dataclasses",
+    "typing",
+    "inspect",
+    "abc",
+    "copy",
+    "enum",
+    "warnings",
+    "collections",
+    "_collections_abc",
+    "re",
+    "string",
+    "numbers",
+    "torch.types",
+    "torch._utils",
+    "torch.utils.hooks",
+)
+
+PURE_BUILTINS = {
+    abs,
+    all,
+    any,
+    ascii,
+    bin,
+    bool,
+    callable,
+    chr,
+    divmod,
+    enumerate,
+    filter,
+    float,
+    format,
+    frozenset,
+    hash,
+    hex,
+    int,
+    isinstance,
+    issubclass,
+    iter,
+    len,
+    list,
+    map,
+    max,
+    min,
+    next,
+    oct,
+    ord,
+    pow,
+    range,
+    repr,
+    reversed,
+    round,
+    set,
+    slice,
+    sorted,
+    str,
+    sum,
+    tuple,
+    type,
+    zip,
+    dict,
+    complex,
+    object,
+    bytes,
+    id,
+}
+PURE_MODULES = (
+    "math",
+    "operator",
+    "_operator",
+    "itertools",
+    "functools",
+    "_functools",
+    "builtins",
+    "cmath",
+    "_abc",
+    "posix",
+    "_collections",
+    "string",
+)
+MUTATING = {
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "remove",
+    "clear",
+    "sort",
+    "reverse",
+    "update",
+    "setdefault",
+    "popitem",
+    "add",
+    "discard",
+    "difference_update",
+    "intersection_update",
+    "symmetric_difference_update",
+    "__setitem__",
+    "__delitem__",
+    "__iadd__",
+    "__ior__",
+    "move_to_end",
+}
+CONTAINERS = (list, dict, set, collections_deque := __import__("collections").deque)
+# torch C functions that change global state kiln does not record in graphs
+GRAD_STATE = {
+    "_set_grad_enabled",
+    "set_autocast_enabled",
+    "set_autocast_dtype",
+    "autocast_increment_nesting",
+    "autocast_decrement_nesting",
+    "clear_autocast_cache",
+    "set_autocast_cache_enabled",
+    "set_autocast_cpu_enabled",
+    "set_autocast_gpu_dtype",
+    "set_autocast_cpu_dtype",
+    "set_autocast_ipu_enabled",
+    "set_autocast_xla_enabled",
+}
+BUILTIN_TYPES = (
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.ClassMethodDescriptorType,
+)
+
+# Tensor methods some torch versions run without __torch_function__: checked here as well.
+DATA_METHODS = {"item", "tolist", "numpy", "data_ptr", "__bool__", "__int__", "__float__"}
+# Calls into these modules are graph breaks (their effects are outside the program's values).
+BREAK_MODULES = ("logging",)
+
+_disabled: set[int] = set()
+# builtins of torch modules found to run natively (F.linear, torch.cat): decided once each
+_TORCH_NATIVE: set = set()
+_TORCH_IS_COMPILING = torch.compiler.is_compiling
+_TORCH_ASSERT = torch._assert
+_allow_in_graph: set[int] = set()
+
+
+# ---- calls --------------------------------------------------------------------------------------
+def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
+    """Call `fn` inside the trace. `site` is the frame whose CALL receives the result directly
+    (no Python code in between); only frames entered that way can be resumed after a break."""
+    t = type(fn)
+    if t is types.FunctionType:
+        if fn is _TORCH_IS_COMPILING:
+            # kiln is compiling this code: libraries (transformers) take their compile-friendly
+            # branches on this, as under torch.compile, instead of data-dependent Python
+            return True
+        if fn is _TORCH_ASSERT and args and not isinstance(args[0], torch.Tensor):
+            # A Python condition (a shape check): checked here. Inlined, `torch._assert` would
+            # ask the recording mode to handle a bool and break the graph.
+            if not bool(args[0]):
+                raise AssertionError(args[1] if len(args) > 1 else kwargs.get("message"))
+            return None
+        if id(fn) in _disabled:
+            return _break_and_run(
+                interp,
+                fn,
+                args,
+                kwargs,
+                f"{fn.__qualname__} is kiln.disable'd",
+                "the call runs eagerly; the rest of the function is compiled separately",
+            )
+        route = _module_route(fn.__module__ or "")
+        if route == "break":
+            return _break_and_run(
+                interp,
+                fn,
+                args,
+                kwargs,
+                f"call to {_describe(fn)} (logging)",
+                "logging runs eagerly between graphs; to avoid the break, log "
+                "outside the compiled function",
+            )
+        compiled = getattr(fn, "_kiln_compiled", None)
+        if compiled is not None:
+            return interp_call(interp, compiled.root_callable, args, kwargs, site)
+        if route == "native" or id(fn) in _allow_in_graph:
+            return native_call(interp, fn, args, kwargs)
+        return interp.call_function(fn, args, kwargs, site)
+    if t is types.MethodType:
+        return interp_call(interp, fn.__func__, (fn.__self__, *args), kwargs, site)
+    if isinstance(fn, torch.nn.Module):
+        return call_module(interp, fn, args, kwargs, site)
+    if t is functools.partial:
+        return interp_call(interp, fn.func, (*fn.args, *args), {**fn.keywords, **kwargs}, site)
+    if isinstance(fn, type):
+        return call_class(interp, fn, args, kwargs)
+    if isinstance(fn, BUILTIN_TYPES):
+        return call_builtin(interp, fn, args, kwargs)
+    call = _class_attr(t, "__call__")
+    if type(call) is types.FunctionType and _inlinable(call):
+        return interp_call(interp, call, (fn, *args), kwargs, site)
+    return call_builtin(interp, fn, args, kwargs)
+
+
+def _inlinable(fn: types.FunctionType) -> bool:
+    return _module_route(fn.__module__ or "") != "native"
+
+
+@functools.lru_cache(maxsize=4096)
+def _module_route(mod: str) -> str:
+    """How calls of Python functions defined in module `mod` run: "native" (kiln's own code,
+    torch APIs that dispatch to the recording mode, pure library helpers), "break" (logging)
+    or "inline" (on kiln's interpreter)."""
+    if mod.startswith("kiln.") and not mod.startswith("kiln.tests") or _is_native_module(mod):
+        return "native"
+    if mod.split(".", 1)[0] in BREAK_MODULES:
+        return "break"
+    return "inline"
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_native_module(mod: str) -> bool:
+    return any(mod == m or mod.startswith(m + ".") for m in NATIVE_PY_MODULES)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_library(mod: str) -> bool:
+    top = mod.split(".", 1)[0]
+    return top in (
+        "torch",
+        "math",
+        "operator",
+        "functools",
+        "itertools",
+        "collections",
+        "typing",
+        "dataclasses",
+        "numpy",
+        "builtins",
+        "enum",
+        "copy",
+        "inspect",
+        "warnings",
+        "sys",
+        "os",
+        "re",
+        "abc",
+        "einops",
+        "transformers",
+    )
+
+
+def native_call(interp, fn, args, kwargs):
+    interp.native_nesting += 1
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        interp.native_nesting -= 1
+    interp.tracer.sync_state()
+    return result
+
+
+def _break_and_run(interp, fn, args, kwargs, reason: str, hint: str = ""):
+    interp.tracer.graph_break(reason, hint)
+    return native_call(interp, fn, args, kwargs)
+
+
+def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
+    tracer = interp.tracer
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.Tensor):  # `x.view(...)`, the common case, decided as below
+        return _tensor_method(interp, fn, args, kwargs)
+    try:
+        if fn in _TORCH_NATIVE:
+            return native_call(interp, fn, args, kwargs)
+    except TypeError:  # a method of an unhashable object
+        pass
+    special = _SPECIAL.get(fn) if _hashable(fn) else None
+    if special is not None:
+        return special(interp, args, kwargs)
+    if type(owner) is ContextVar or getattr(fn, "__objclass__", None) is ContextVar:
+        return context_vars.call(interp, fn, args, kwargs)
+    name = getattr(fn, "__name__", type(fn).__name__)
+    if isinstance(owner, CONTAINERS) and not isinstance(owner, type):
+        if name in MUTATING and tracer.recording:
+            note_container_mutation(tracer, owner)
+        return native_call(interp, fn, _trampolines(interp, args), kwargs)
+    if isinstance(owner, (str, bytes, tuple, int, float, frozenset, range, slice, torch.Size)):
+        return fn(*args, **kwargs)
+    mod = getattr(fn, "__module__", None) or getattr(type(owner), "__module__", "") or ""
+    if _hashable(fn) and fn in PURE_BUILTINS or mod in PURE_MODULES:
+        if _hashable(fn) and fn in _ITERATING:
+            args = _materialize(interp, fn, args)
+        return native_call(interp, fn, _trampolines(interp, args), kwargs)
+    if (
+        mod.startswith("torch")
+        or isinstance(owner, types.ModuleType)
+        and owner.__name__.startswith("torch")
+    ):
+        if _stateful_torch(name):
+            return _break_and_run(
+                interp, fn, args, kwargs, f"torch.{name} changes global state a graph cannot replay"
+            )
+        if isinstance(owner, types.ModuleType):
+            _TORCH_NATIVE.add(fn)  # (a module's function: the same object, the same answer)
+        return native_call(interp, fn, args, kwargs)
+    if isinstance(owner, type) and (owner.__module__ or "").startswith("torch"):
+        return native_call(interp, fn, args, kwargs)
+    return _break_and_run(
+        interp,
+        fn,
+        args,
+        kwargs,
+        f"call to {_describe(fn)}, which kiln does not model",
+        "wrap it with kiln.allow_in_graph if it is a pure tensor function, or call it outside "
+        "the compiled function",
+    )
+
+
+def _tensor_method(interp, fn, args: tuple, kwargs: dict) -> Any:
+    name = getattr(fn, "__name__", "")
+    if name in DATA_METHODS:
+        interp.tracer.graph_break(
+            f"Tensor.{name}() reads a Python value out of a tensor's data",
+            "keep the value as a tensor, or move this code out of the compiled function",
+        )
+    return native_call(interp, fn, args, kwargs)
+
+
+def note_container_mutation(tracer, obj) -> None:
+    """A list/dict/set is changed in place: stop guarding reads of it, and replay the change
+    if it came from outside the frame."""
+    tracer.mutated_objs.add(id(obj))
+    src = tracer.source_of(obj)
+    if src is not None:
+        tracer.side_effects.mutate_container(obj, src)
+        tracer.effects_visible = True
+
+
+def _stateful_torch(name: str) -> bool:
+    if name in GRAD_STATE:
+        return False
+    return name.startswith(("set_", "_set_", "manual_seed", "seed")) or name in (
+        "use_deterministic_algorithms",
+        "set_default_dtype",
+        "set_rng_state",
+    )
+
+
+def _describe(fn) -> str:
+    mod = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return f"{mod}.{name}" if mod else name
+
+
+def _hashable(x) -> bool:
+    try:
+        hash(x)
+        return True
+    except TypeError:
+        return False
+
+
+_ITERATING = {
+    enumerate,
+    zip,
+    list,
+    tuple,
+    set,
+    frozenset,
+    sorted,
+    sum,
+    map,
+    filter,
+    min,
+    max,
+    any,
+    all,
+    reversed,
+    dict,
+}
+
+
+def _materialize(interp, fn, args: tuple) -> tuple:
+    """Iterate user-level iterables (ModuleList, a user container) on kiln's interpreter before
+    a native builtin consumes them, so the items they hand out keep their sources."""
+    if fn is zip:
+        positions = range(len(args))
+    elif fn in (map, filter):
+        positions = range(1, len(args))
+    elif fn in (min, max) and len(args) != 1:
+        positions = range(0)
+    else:
+        positions = range(min(1, len(args)))
+    out = list(args)
+    for i in positions:
+        it = python_dunder(out[i], "__iter__")
+        if it is not None and not isinstance(out[i], dict):
+            out[i] = list(iter(interp_call(interp, it, (out[i],), {})))
+    return tuple(out)
+
+
+def _trampolines(interp, args: tuple) -> tuple:
+    """Python functions handed to native builtins (sorted's key, map's function) still run on
+    kiln's interpreter, so what they read is guarded; symbolic numbers are specialized, since
+    native code reads their value unseen."""
+    if any(isinstance(a, _Sym) for a in args):
+        args = tuple(sym_plain(a) for a in args)
+    if not any(type(a) is types.FunctionType or type(a) is types.MethodType for a in args):
+        return args
+    out = []
+    for a in args:
+        if type(a) in (types.FunctionType, types.MethodType):
+            f = a
+            out.append(lambda *x, _f=f, **k: interp_call(interp, _f, x, k))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def call_class(interp, cls: type, args: tuple, kwargs: dict) -> Any:
+    if cls is super and not args:
+        return _zero_arg_super(interp)
+    init = cls.__dict__.get("__init__") or _class_attr(cls, "__init__")
+    new = _class_attr(cls, "__new__")
+    user_class = (
+        type(init) is types.FunctionType
+        and _inlinable(init)
+        and new is object.__new__
+        and type(cls) is type
+        and not issubclass(cls, (torch.nn.Module, BaseException, torch.Tensor))
+    )
+    if user_class:
+        obj = object.__new__(cls)
+        interp.tracer.created_objects.add(id(obj))
+        interp.tracer.keepalive.append(obj)
+        interp_call(interp, init, (obj, *args), kwargs)
+        return obj
+    if cls in _ITERATING:  # enumerate(self.layers), list(self.blocks), zip(...): builtin types
+        args = _materialize(interp, cls, args)
+    if issubclass(cls, torch.nn.Module):
+        from .. import logs
+
+        logs.log(
+            "perf_hints",
+            f"an nn.Module ({cls.__qualname__}) is constructed inside a compiled function: "
+            "parameters it creates keep their first call's values; parameters it is given "
+            "(a slice of a ModuleList) stay inputs held by reference",
+        )
+    return native_call(interp, cls, _trampolines(interp, args), kwargs)
+
+
+def _zero_arg_super(interp):
+    frame = interp.frames[-1]
+    cell = frame.locals.get("__class__")
+    code = frame.code
+    if cell is None or code.co_argcount == 0:
+        raise RuntimeError("super(): no arguments")
+    first = frame.locals.get(code.co_varnames[0])
+    if isinstance(first, types.CellType):
+        first = first.cell_contents
+    return super(cell.cell_contents, first)
+
+
+from .builtin_specials import SPECIAL as _SPECIAL  # noqa: E402
+from .module_calls import call_module  # noqa: E402
+
+
+def mark_disabled(fn):
+    _disabled.add(id(getattr(fn, "__func__", fn)))
+    return fn
+
+
+def mark_allow_in_graph(fn):
+    _allow_in_graph.add(id(fn))
+    return fn

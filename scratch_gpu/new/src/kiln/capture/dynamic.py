@@ -1,0 +1,100 @@
+"""Dynamic shapes: sizes that may change between calls, carried as symbols beside real sizes.
+
+Takes the input tensors whose dimensions are dynamic (marked with `kiln.mark_dynamic`, all of
+them under `dynamic=True`, or the ones seen to change under the default automatic policy) and
+every torch call of the trace; gives fake tensors with symbolic sizes for every tensor of the
+trace (placeholder `node.meta["example_value"]`, as torch.compile's graphs carry), symbolic
+Python sizes for shape reads (`x.shape[0] // 2` stays an expression over the inputs), and the
+guards the shape environment collected, written over the inputs' sources.
+
+Only traces with a dynamic dimension pay for fake-tensor propagation; static traces read sizes
+off the real tensors. The policy for sizes 0 and 1 is written down in docs/dynamic_shapes.md:
+no size is specialized up front; what the program and PyTorch's kernels rely on is guarded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._sympy.printers import PythonPrinter
+
+from . import guards as G
+from .sources import Namer, Source
+
+
+class DynamicShapes:
+    def __init__(self) -> None:
+        self.shape_env = ShapeEnv(specialize_zero_one=False, duck_shape=False)
+        self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
+        self.fakes: dict[int, torch.Tensor] = {}
+        self.names: dict[sympy.Symbol, sympy.Symbol] = {}  # s0 -> x.size(0)
+        self._printer = PythonPrinter()
+
+    # ---- inputs ------------------------------------------------------------------------------
+    def fake_input(self, t: torch.Tensor, source: Source, dims: set[int]) -> torch.Tensor:
+        sizes = [DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(t.dim())]
+        ctx = StatelessSymbolicContext(dynamic_sizes=sizes, constraint_sizes=[None] * t.dim())
+        with torch._C.DisableTorchFunction():  # not a call of the user's program
+            fake = self.fake_mode.from_tensor(t, symbolic_context=ctx)
+        expr = source.expr(Namer())
+        for d in dims:
+            sym = fake.size(d).node.expr
+            if isinstance(sym, sympy.Symbol):
+                self.names[sym] = sympy.Symbol(f"{expr}.size({d})")
+        self.fakes[id(t)] = fake
+        return fake
+
+    def fake_of(self, t: torch.Tensor) -> torch.Tensor:
+        fake = self.fakes.get(id(t))
+        if fake is None:
+            with torch._C.DisableTorchFunction():
+                fake = self.fakes[id(t)] = self.fake_mode.from_tensor(t, static_shapes=True)
+        return fake
+
+    # ---- calls -------------------------------------------------------------------------------
+    def propagate(self, func, args, kwargs, out) -> None:
+        """Run `func` on fake tensors so the outputs' sizes are known as expressions."""
+        from .symbolic import _Sym
+
+        def to_fake(v):
+            if isinstance(v, slice):
+                return slice(to_fake(v.start), to_fake(v.stop), to_fake(v.step))
+            if isinstance(v, torch.Tensor):
+                return self.fake_of(v)
+            if isinstance(v, _Sym):
+                return v._fake if getattr(v, "_fake", None) is not None else v._plain()
+            return v
+
+        fargs, fkwargs = tree_map(to_fake, (args, kwargs))
+        with torch._C.DisableTorchFunction(), self.fake_mode:
+            fout = func(*fargs, **fkwargs)
+        real_flat, _ = tree_flatten(out)
+        fake_flat, _ = tree_flatten(fout)
+        for r, f in zip(real_flat, fake_flat):
+            if isinstance(r, torch.Tensor) and isinstance(f, torch.Tensor):
+                self.fakes[id(r)] = f
+
+    # ---- sizes and guards --------------------------------------------------------------------
+    def render(self, expr: Any) -> str:
+        return self._printer.doprint(sympy.sympify(expr).xreplace(self.names))
+
+    def symbolic(self, value: Any) -> tuple[bool, str]:
+        """(is it symbolic, guard-code expression) of a torch.SymInt from the fake world."""
+        if isinstance(value, torch.SymInt):
+            expr = value.node.expr
+            if not expr.free_symbols:
+                return False, str(int(expr))
+            return True, self.render(expr)
+        return False, repr(value)
+
+    def guards(self) -> list[G.Guard]:
+        out = []
+        for g in self.shape_env.guards:
+            text = self.render(g.expr)
+            out.append(G.Guard(None, "SHAPE", f"({text})", {}, f"shape fact {text}"))
+        return out

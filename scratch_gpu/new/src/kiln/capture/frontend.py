@@ -1,0 +1,414 @@
+"""The compiled callable: its cache of entries, tracing on a miss, recompiles and limits.
+
+Takes the user's function, bound method or module and the frozen options; gives a callable.
+A call runs the first cache entry whose guards hold. On a miss it traces the call (the trace
+*is* the call: its result is returned), hands the graph to the backend, and adds an entry.
+Past `cache_size_limit` entries, or when a frame cannot be captured, the callable runs
+eagerly and says why once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import types
+import weakref
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from .. import logs
+from ..backends.registry import lookup_backend
+from . import (
+    breaks,  # noqa: E402  (needs CompiledFunction defined at call time only)
+    calls,
+    module_tree,
+)
+from .continuations import GraphBreakAt
+from .errors import AbortTrace, FullgraphBreak, Unsupported
+from .interpreter import Interpreter
+from .residual import (
+    MISS,
+    NotRebuildable,
+    Rebuilder,
+    build_entry,
+    side_effect_lines,
+    signature_text,
+)
+from .sources import ConstSource, LocalSource, Namer
+from .tracer import Tracer
+
+try:  # a GraphModule that writes its Python code only when something needs it
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+except ImportError:  # an older torch: generate the code at once
+    _LazyGraphModule = fx.GraphModule
+
+_state = threading.local()
+_all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
+
+
+_explaining: list = []  # while `kiln explain` runs a script: every compiled callable, kept alive
+
+
+def is_tracing() -> bool:
+    return getattr(_state, "depth", 0) > 0
+
+
+class CompiledFunction:
+    def __init__(
+        self,
+        root_callable: Callable,
+        signature_of: Callable | None,
+        opts,
+        label: str,
+        root_globals: dict,
+        signature: inspect.Signature | None = None,
+    ) -> None:
+        self.root_callable = root_callable
+        self.opts = opts
+        self.label = label
+        self.root_globals = root_globals
+        self.entries: list[Callable] = []
+        self.entry_sources: list[str] = []
+        self.entry_guards: list[tuple] = []
+        self.eager_reason: str | None = None
+        self.compiles = 0
+        self.breaks: list[tuple[str, str, str]] = []  # (reason, where, hint), for explain
+        self.graph_modules: list[fx.GraphModule] = []  # every graph this callable compiled
+        self.seen_shapes: dict[str, tuple] = {}  # input source -> sizes at the last trace
+        self.auto_dynamic: dict[str, set[int]] = {}  # dims seen to change (dynamic=None)
+        self.continuations: dict = {}
+        try:
+            sig = signature or inspect.signature(signature_of)
+        except (TypeError, ValueError):
+            sig = inspect.Signature(
+                [
+                    inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                    inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+                ]
+            )
+        self.signature = sig
+        self.params, self.forward_call, self.defaults, self.kwdefaults = signature_text(sig)
+        _all_compiled.add(self)
+        if _explaining:
+            _explaining.append(self)
+
+    @classmethod
+    def for_callable(cls, fn: Callable, opts) -> "CompiledFunction":
+        target = fn.__func__ if isinstance(fn, types.MethodType) else fn
+        g = getattr(target, "__globals__", None) or {}
+        return cls(fn, fn, opts, getattr(fn, "__qualname__", repr(fn)), g)
+
+    @classmethod
+    def for_module(cls, mod: torch.nn.Module, opts) -> "CompiledFunction":
+        fwd = type(mod).forward
+        return cls(
+            mod,
+            mod.forward,
+            opts,
+            f"{type(mod).__qualname__}.forward",
+            getattr(fwd, "__globals__", {}),
+        )
+
+    # ---- calls --------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if is_tracing():  # reached natively from inside another trace: just run it
+            return self.root_callable(*args, **kwargs)
+        for entry in self.entries:
+            result = entry(*args, **kwargs)
+            if result is not MISS:
+                return result
+        if self.eager_reason is not None:
+            return self.run_eagerly(args, kwargs)
+        if len(self.entries) >= self.opts.cache_size_limit:
+            self.eager_reason = "cache size limit"
+            logs.warn(
+                f"{self.label}: {len(self.entries)} compiled entries and the guards still "
+                f"failed; kiln runs it eagerly from now on. Last failure: "
+                f"{self._why_missed(args, kwargs)}. Raise the limit with "
+                "options={'cache_size_limit': N} or KILN_CACHE_SIZE_LIMIT=N, or mark the "
+                "changing sizes dynamic."
+            )
+            return self.run_eagerly(args, kwargs)
+        if self.entries and logs.is_on("recompiles"):
+            logs.log(
+                "recompiles", lambda: f"recompiling {self.label}: {self._why_missed(args, kwargs)}"
+            )
+        return self._trace(args, kwargs)
+
+    def _why_missed(self, args, kwargs) -> str:
+        from .guards import explain_failure
+
+        reasons = []
+        for guards, namer in self.entry_guards:
+            reasons.append(
+                explain_failure(
+                    guards, namer, self.params, args, kwargs, self.defaults, self.kwdefaults
+                )
+                or "?"
+            )
+        return "; ".join(reasons) if reasons else "no entries"
+
+    # ---- tracing ------------------------------------------------------------------------------
+    def _trace(self, args: tuple, kwargs: dict):
+        interp_holder: list[Interpreter] = []
+        tracer = Tracer(self.opts, lambda: interp_holder[0].location())
+        interp = Interpreter(tracer, self.root_globals)
+        interp_holder.append(interp)
+        tracer.interp = interp
+        tracer.dynamic_policy = self._dynamic_dims
+        _state.depth = getattr(_state, "depth", 0) + 1
+        try:
+            with tracer.mode, module_tree.suspended():  # modules built in the trace are its own
+                result = self._run_root(tracer, interp, args, kwargs)
+        except GraphBreakAt as brk:
+            _state.depth -= 1
+            try:
+                return breaks.handle(self, tracer, brk)
+            finally:
+                _state.depth += 1
+        except FullgraphBreak as e:
+            raise Unsupported(f"{self.label}: {e.message}") from None
+        except AbortTrace as e:
+            self._give_up(e.reason, tracer)
+            if tracer.effects_visible or not tracer.context_vars.undo():
+                raise RuntimeError(
+                    f"kiln: could not finish tracing {self.label} ({e.reason}) after it had "
+                    "changed state outside the function; please report this. Run it with "
+                    "kiln.disable for now."
+                ) from None
+            return self.run_eagerly(args, kwargs)
+        finally:
+            _state.depth -= 1
+        if tracer.broken is not None:
+            b = tracer.broken
+            self._give_up(
+                f"graph break: {b.reason}\n  at {b.where}"
+                + (f"\n  hint: {b.hint}" if b.hint else ""),
+                tracer,
+            )
+            return result
+        try:
+            self._install(tracer, result)
+        except NotRebuildable as e:
+            if self.opts.fullgraph:
+                raise Unsupported(f"{self.label}: cannot rebuild the result: {e}") from None
+            self._give_up(f"cannot rebuild the result on later calls: {e}", tracer)
+        return result
+
+    def _run_root(self, tracer: Tracer, interp: Interpreter, args: tuple, kwargs: dict):
+        """Track the arguments and run the compiled callable on kiln's interpreter."""
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        for name, value in bound.arguments.items():
+            tracer.track(value, LocalSource(name))
+        root = self.root_callable
+        if isinstance(root, torch.nn.Module):
+            tracer.sources[id(root)] = (root, ConstSource(root, "self"))
+            interp.root_resumable = not _has_hooks(root)
+        else:
+            if isinstance(root, types.MethodType):
+                tracer.track(root.__self__, ConstSource(root.__self__, "self"))
+            interp.root_resumable = True
+        return calls.interp_call(interp, root, args, kwargs)
+
+    def _dynamic_dims(self, source, t: torch.Tensor) -> set[int]:
+        """Which dimensions of an input tensor are symbolic in this trace.
+
+        dynamic=False: none. dynamic=True: all. dynamic=None (automatic): those marked with
+        kiln.mark_dynamic, plus those whose size differed from the previous trace's (they stay
+        dynamic from then on). Parameters and buffers (held sources) are always static."""
+        if self.opts.dynamic is False or isinstance(source, ConstSource):
+            return set()
+        dims = set(getattr(t, "_kiln_dynamic_dims", ()))
+        key = source.describe()
+        if self.opts.dynamic is True:
+            dims |= set(range(t.dim()))
+        else:
+            prev = self.seen_shapes.get(key)
+            if prev is not None and len(prev) == t.dim():
+                changed = {d for d in range(t.dim()) if prev[d] != t.size(d)}
+                if changed:
+                    self.auto_dynamic.setdefault(key, set()).update(changed)
+            dims |= self.auto_dynamic.get(key, set())
+        self.seen_shapes[key] = tuple(t.shape)
+        return dims
+
+    def _give_up(self, reason: str, tracer) -> None:
+        self.eager_reason = reason
+        logs.log("graph_breaks", f"{self.label}: {reason}")
+        logs.log("fallbacks", f"{self.label} runs eagerly: {reason.splitlines()[0]}")
+
+    def run_eagerly(self, args: tuple, kwargs: dict):
+        return self.root_callable(*args, **kwargs)
+
+    def _install(self, tracer: Tracer, result: Any, tail=None) -> None:
+        """Compile the trace's graph and add a cache entry. `tail(rb)` may replace the final
+        `return` with lines of its own (a graph break's step and continuation call)."""
+        tracer.example_values()
+        namer = Namer()
+        rb = Rebuilder(tracer, namer)
+        effects = side_effect_lines(tracer, rb)
+        if tail is None:
+            result_expr, tail_lines = rb.expr(result), None
+        else:
+            result_expr, tail_lines = "None", tail(rb)
+        effects = rb.lets + effects
+        graph = tracer.graph
+        has_compute = any(
+            n.op in ("call_function", "call_method", "call_module") for n in graph.nodes
+        )
+        inputs = _input_exprs(tracer.placeholders, namer)
+        if tracer.dyn is not None:
+            for g in tracer.dyn.guards():
+                tracer.guards.add(g)
+        compiled = None
+        if has_compute:
+            graph.output(tuple(rb.outputs))
+            with module_tree.suspended():
+                root = torch.nn.Module()
+                for name, t in tracer.constants.items():
+                    setattr(root, name, t)
+                gm = _LazyGraphModule(root, graph, class_name="KilnGraph")
+            gm.meta["kiln_label"] = self.label
+            gm.meta["kiln_options"] = self.opts
+            self.graph_modules.append(gm)
+            logs.log("graph", lambda: f"graph of {self.label}:\n{gm.print_readable(False)}")
+            example_inputs = [t for _, t, _ in tracer.placeholders]
+            gm.meta["kiln_static_inputs"] = _held_positions(tracer, example_inputs)
+            gm.meta["kiln_checked_inputs"] = tuple(
+                i
+                for i, (_, _, n) in enumerate(tracer.placeholders)
+                if n.meta.get("kiln_layout_guarded")
+            )
+            # every tensor input has a tensor guard (requires_grad included) and the grad mode
+            # is always guarded: with no other inputs, AOT's per-call key cannot change
+            gm.meta["kiln_fixed_call_key"] = all(
+                isinstance(t, torch.Tensor) for t in example_inputs
+            )
+            backend = lookup_backend(self.opts.backend)
+            self.compiles += 1
+            compiled = backend(gm, example_inputs)
+            if not callable(compiled):
+                raise TypeError(
+                    f"backend {self.opts.backend!r} returned {compiled!r}, which is not callable"
+                )
+            compiled = _first_call(compiled, gm)
+            namer.bind("___graph", compiled)
+        name = f"___entry_{len(self.entries)}"
+        entry, source = build_entry(
+            self.params,
+            self.defaults,
+            self.kwdefaults,
+            tracer.guards.check_lines(namer),
+            inputs,
+            compiled is not None,
+            effects,
+            result_expr,
+            namer,
+            name,
+            tail_lines,
+        )
+        logs.log(
+            "guards",
+            lambda: (
+                f"guards of {self.label} entry {len(self.entries)}:\n{tracer.guards.describe()}"
+            ),
+        )
+        if isinstance(compiled, _ResolveOnFirstCall):
+            compiled.scope = entry.__globals__
+        logs.log("bytecode", lambda: f"residual of {self.label}:\n{source}")
+        self.entries.append(entry)
+        self.entry_sources.append(source)
+        self.entry_guards.append((list(tracer.guards.guards), namer))
+
+    def reset(self) -> None:
+        self.continuations.clear()
+        self.breaks.clear()
+        self.entries.clear()
+        self.entry_sources.clear()
+        self.entry_guards.clear()
+        self.eager_reason = None
+
+
+def _held_positions(tracer: Tracer, inputs: list) -> tuple[int, ...]:
+    """Positions of the graph inputs that are parameters or buffers of the modules the trace
+    read: state that lives at one address from call to call, which device graphs read in
+    place."""
+    modules = [obj for obj, _ in tracer.sources.values() if isinstance(obj, torch.nn.Module)]
+    buffers = {id(b) for m in modules for b in m._buffers.values() if b is not None}
+    return tuple(
+        i
+        for i, t in enumerate(inputs)
+        if isinstance(t, torch.nn.Parameter) or (isinstance(t, torch.Tensor) and id(t) in buffers)
+    )
+
+
+def _input_exprs(placeholders, namer: Namer) -> list[str]:
+    """How the entry fetches each graph input. A run of held objects (parameters and buffers,
+    fixed under the module-structure guard) is one held tuple, unpacked: less code to compile
+    and faster to call than a name per parameter."""
+    out: list[str] = []
+    run: list = []
+    for src, _, _ in [*placeholders, (None, None, None)]:
+        if isinstance(src, ConstSource):
+            run.append(src.obj)
+            continue
+        if len(run) > 2:
+            out.append("*" + namer.const(tuple(run), "held"))
+        else:
+            out += [namer.const(obj, "self") for obj in run]
+        run = []
+        if src is not None:
+            out.append(src.expr(namer))
+    return out
+
+
+class _ResolveOnFirstCall:
+    """The backend returned the graph module's own `forward` and the module writes its code
+    lazily (nothing needs it on the call that was traced): the first later call generates it
+    and puts the real `forward` in the entry's namespace, so calls after that go straight to
+    it."""
+
+    def __init__(self, gm) -> None:
+        self.gm = gm
+        self.scope: dict | None = None
+
+    def __call__(self, *args):
+        self.gm.real_recompile()
+        forward = self.gm.forward
+        if self.scope is not None:
+            self.scope["___graph"] = forward
+        return forward(*args)
+
+
+def _first_call(compiled, gm):
+    lazy = getattr(type(gm), "_lazy_forward", None)
+    if lazy is not None and getattr(compiled, "__func__", None) is lazy:
+        if compiled.__self__ is gm:
+            return _ResolveOnFirstCall(gm)
+    return compiled
+
+
+def _has_hooks(mod: torch.nn.Module) -> bool:
+    g = torch.nn.modules.module
+    return bool(
+        mod._forward_hooks
+        or mod._forward_pre_hooks
+        or g._global_forward_hooks
+        or g._global_forward_pre_hooks
+    )
+
+
+def mark_disabled(fn):
+    return calls.mark_disabled(fn)
+
+
+def mark_allow_in_graph(fn):
+    return calls.mark_allow_in_graph(fn)
+
+
+def reset_all() -> None:
+    for c in list(_all_compiled):
+        c.reset()

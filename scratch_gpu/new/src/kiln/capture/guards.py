@@ -1,0 +1,345 @@
+"""Guards: the facts a trace relied on, and the one Python function that checks them all.
+
+Takes (source, fact) pairs recorded while tracing; gives a boolean Python expression per guard,
+joined into the check at the head of each cache entry's generated entry function (see
+residual.py), plus `explain_failure`, which names the first guard that no longer holds and
+the value that broke it (what `KILN_LOGS=recompiles` prints).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+from .guard_tables import table_lines
+from .sources import Namer, Source
+
+# Values guarded by equality: immutable, cheap to compare, printable.
+CONSTANT_TYPES = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    type(Ellipsis),
+    type(NotImplemented),
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+    torch.Size,
+    range,
+    slice,
+)
+
+
+class Guard:
+    """One fact: `check` is a format string over `{s}` (the source expression) and named
+    held objects; `text` is what a person reads (a string, or a function that writes it, for
+    facts whose text costs more to write than the trace ever needs: a large model has hundreds
+    of tensor guards and their text is read only when one fails or guards are logged).
+
+    Not changed after it is made. A plain class, not a frozen dataclass: a trace makes several
+    hundred, and a frozen dataclass's __init__ costs three times as much."""
+
+    __slots__ = ("source", "kind", "check", "held", "_text", "other", "native")
+
+    def __init__(
+        self,
+        source: Source | None,
+        kind: str,
+        check: str,
+        held: dict[str, Any] | None = None,
+        text: str | Callable[[], str] = "",
+        other: Source | None = None,  # a second source, `{o}` in the check
+        native: tuple[str, tuple] | None = None,  # its native table kind (guard_tables.py)
+    ) -> None:
+        self.source = source
+        self.kind = kind
+        self.check = check
+        self.held = {} if held is None else held
+        self._text = text
+        self.other = other
+        self.native = native
+
+    @property
+    def text(self) -> str:
+        return self._text if isinstance(self._text, str) else self._text()
+
+    def expr(self, namer: Namer) -> str:
+        names = {k: _literal(v) or namer.const(v) for k, v in self.held.items()}
+        s = self.source.expr(namer) if self.source is not None else ""
+        o = self.other.expr(namer) if self.other is not None else ""
+        return self.check.format(s=s, o=o, **names)
+
+    def row(self) -> tuple | None:
+        """This guard's values as a row of a table checked in a loop (see
+        GuardSet.check_lines), when its source is a held object; None otherwise."""
+        held_row = self.source.row() if self.source is not None and self.other is None else None
+        if held_row is None:
+            return None
+        return held_row[0] + tuple(self.held.values())
+
+    def table(self) -> tuple[str, str]:
+        """The loop variables of this guard's table and its check written over them."""
+        _, names, s = self.source.row()
+        names += tuple(f"___r_{k}" for k in self.held)
+        return ", ".join(names), self.check.format(s=s, **{k: f"___r_{k}" for k in self.held})
+
+    def describe(self) -> str:
+        where = self.source.describe() if self.source is not None else "global state"
+        return f"{where}: {self.text or self.kind}"
+
+    def key(self) -> tuple:
+        src = self.source.describe() if self.source is not None else ""
+        other = self.other.describe() if self.other is not None else ""
+        # held values are kept alive by the guard that holds them, so their ids are unique
+        return (self.kind, src, other, self.check, tuple(map(id, self.held.values())))
+
+
+def type_guard(source: Source, value: Any) -> Guard:
+    t = type(value)
+    return Guard(source, "TYPE", "type({s}) is {t}", {"t": t}, f"type is {t.__qualname__}")
+
+
+def id_guard(source: Source, value: Any) -> Guard:
+    return Guard(source, "ID", "{s} is {v}", {"v": value}, f"is the same object ({_short(value)})")
+
+
+def same_guard(source: Source, other: Source) -> Guard:
+    return Guard(source, "SAME", "{s} is {o}", {}, f"is the same object as {other}", other)
+
+
+def constant_guard(source: Source, value: Any) -> Guard:
+    if isinstance(value, float) and math.isnan(value):
+        return Guard(source, "CONST", "type({s}) is float and {s} != {s}", {}, "== nan")
+    if source.row() is not None:  # one form for every value, so that they share a table
+        check = "type({s}) is {t} and {s} == {v}"
+        text = f"== {value!r:.60}"
+        return Guard(
+            source, "CONST", check, {"t": type(value), "v": value}, text, native=("items", ())
+        )
+    elif value is None or isinstance(value, (bool, torch.dtype)):
+        check = "{s} is {v}"
+    elif type(value) in (int, str, float) and len(repr(value)) < 80:
+        check = "type({s}) is " + type(value).__name__ + " and {s} == {v}"
+    else:
+        check = "type({s}) is {t} and {s} == {v}"
+    same = "is" if value is None or isinstance(value, (bool, torch.dtype)) else "=="
+    return Guard(source, "CONST", check, {"t": type(value), "v": value}, f"{same} {value!r:.60}")
+
+
+def len_guard(source: Source, value: Any) -> Guard:
+    n = len(value)
+    return Guard(
+        source,
+        "LEN",
+        "type({s}) is {t} and len({s}) == " + str(n),
+        {"t": type(value)},
+        f"is a {type(value).__name__} of length {n}",
+    )
+
+
+def keys_guard(source: Source, value: dict) -> Guard:
+    keys = tuple(value.keys())
+    return Guard(
+        source,
+        "KEYS",
+        "type({s}) is {t} and tuple({s}) == {k}",
+        {"t": type(value), "k": keys},
+        f"is a {type(value).__name__} with keys {list(keys)!r:.80}",
+    )
+
+
+_TENSOR_CHECK = (
+    "type({s}) is {t} and {s}.dtype is {d} and {s}.is_cpu and {s}.shape == {sh} and "
+    "{s}.stride() == {st} and {s}.requires_grad is {rg}"
+)
+
+
+def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
+    """Type, dtype, device, sizes, strides and requires_grad of a tensor, as a chain of the
+    cheapest reads that decide each: identity for the type, dtype and flag, `is_cpu` rather than
+    building a `torch.device` to compare, sizes and strides against tuples. (Large models check
+    hundreds of parameters per call; this is a fifth cheaper than building one tuple of them and
+    comparing it.)"""
+    shape, stride, dtype, rg = tuple(t.shape), tuple(t.stride()), t.dtype, t.requires_grad
+    held = {"t": type(t), "d": dtype, "sh": shape, "st": stride, "rg": rg}
+    if t.is_cpu:
+        check = _TENSOR_CHECK
+    else:
+        device = held["dev"] = t.device
+        check = _TENSOR_CHECK.replace("{s}.is_cpu", _device_check(device))
+
+    def text() -> str:
+        device = held.get("dev", "cpu")
+        return (
+            f"{held['t'].__name__}(dtype={dtype}, device={device}, shape={list(shape)}, "
+            f"stride={list(stride)}, requires_grad={rg})"
+        )
+
+    native = ("tensors", ()) if type(t) in (torch.Tensor, torch.nn.Parameter) else None
+    return Guard(source, "TENSOR", check, held, text, native=native)
+
+
+def _device_check(device: torch.device) -> str:
+    """`is_cpu`, or for a CUDA tensor an int compare of `get_device()` (reading `.device`
+    builds a `torch.device` each time: a ResNet-50 checks 268 tensors a call)."""
+    if device.type == "cpu":
+        return "{s}.is_cpu"
+    if device.type == "cuda" and device.index is not None:
+        if device.index == 0 and torch.cuda.device_count() == 1:
+            return "{s}.is_cuda"  # the process sees one CUDA device: is_cuda says which
+        return f"({{s}}.is_cuda and {{s}}.get_device() == {device.index})"
+    return "{s}.device == {dev}"
+
+
+def dynamic_tensor_guard(source: Source, t: torch.Tensor, dims: set[int]) -> Guard:
+    """Like tensor_guard, but dimensions in `dims` may take any size (their facts are the
+    shape environment's guards); strides are checked as a layout, not as numbers."""
+    n = t.dim()
+    static = " and ".join(f"{{s}}.size({d}) == {t.size(d)}" for d in range(n) if d not in dims)
+    layout = (
+        "{s}.is_contiguous()" if t.is_contiguous() else f"{{s}}.stride() == {tuple(t.stride())!r}"
+    )
+    check = (
+        "type({s}) is {t} and {s}.dtype is {d} and "
+        + _device_check(t.device)
+        + f" and {{s}}.dim() == {n} and {layout} and {{s}}.requires_grad is {t.requires_grad!r}"
+        + (f" and {static}" if static else "")
+    )
+    shape = [("*" if d in dims else t.size(d)) for d in range(n)]
+    text = (
+        f"{type(t).__name__}(dtype={t.dtype}, device={t.device}, shape={shape} "
+        f"(* = dynamic), requires_grad={t.requires_grad})"
+    )
+    return Guard(source, "TENSOR", check, {"t": type(t), "d": t.dtype, "dev": t.device}, text)
+
+
+def dict_guard(source: Source, d: dict) -> Guard:
+    """`source` (a held object whose attributes are read from its `__dict__`) keeps `d`."""
+    return Guard(
+        source,
+        "DICT",
+        "{s}.__dict__ is {d}",
+        {"d": d},
+        "keeps its instance dictionary",
+        None,
+        ("dicts", ()),
+    )
+
+
+def no_hooks_guard(source: Source, names: tuple[str, ...], d: dict | None) -> Guard:
+    """A module's hook dictionaries `names` are all empty (read from its instance dictionary
+    `d` when the module is held)."""
+    if d is None:
+        reads, held = [f"{{s}}.{h}" for h in names], {}
+    else:
+        reads, held = [f"{{d}}[{h!r}]" for h in names], {"d": d}
+    check = f"not ({' or '.join(reads)})"
+    native = ("empty", names) if d is not None else None
+    return Guard(source, "HOOKS", check, held, "has no hooks", None, native)
+
+
+def not_in_guard(source: Source, name: str) -> Guard:
+    return Guard(source, "NOT_IN", f"{name!r} not in {{s}}", {}, f"has no {name!r} (a builtin)")
+
+
+def state_guard(label: str, fn: Any, value: Any) -> Guard:
+    """A global fact (grad mode, autocast), read by calling `fn()`."""
+    return Guard(None, "STATE", "{f}() == {v}", {"f": fn, "v": value}, f"{label} == {value!r}")
+
+
+def _literal(value: Any) -> str | None:
+    """Python source for a value that reads better written out than named (sizes, flags)."""
+    if value is None or type(value) in (bool, int, str):
+        text = repr(value)
+        return text if len(text) < 80 else None
+    if type(value) is float:
+        return repr(value) if math.isfinite(value) else None
+    if type(value) is tuple and all(type(v) is int for v in value):
+        return repr(value)
+    return None
+
+
+def _short(value: Any) -> str:
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    return name if isinstance(name, str) else type(value).__name__
+
+
+class GuardSet:
+    """Guards of one trace, deduplicated, in the order they were first relied on."""
+
+    def __init__(self) -> None:
+        self.guards: list[Guard] = []
+        self._keys: set[tuple] = set()
+
+    def add(self, guard: Guard) -> None:
+        k = guard.key()
+        if k not in self._keys:
+            self._keys.add(k)
+            self.guards.append(guard)
+
+    def check_lines(self, namer: Namer) -> list[str]:
+        """The entry function's checks: `return ___MISS` unless every guard holds. Guards of
+        held objects (parameters, buffers and modules, fixed under the module-structure guard)
+        that share a check are rows of one table, checked in a loop after the others: as fast
+        to run as one inline check each, and a large model's entry compiles in a fraction of
+        the time (GPT-2's ~500 held facts took 5 ms of its capture to compile inline)."""
+        inline: list[str] = []
+        tables: dict[tuple, tuple[Guard, list]] = {}
+        for g in self.guards:
+            row = g.row()
+            if row is None:
+                inline.append(g.expr(namer))
+                continue
+            shape = (type(g.source), g.check, tuple(g.held))  # guards that share one check
+            tables.setdefault(shape, (g, []))[1].append(row)
+        lines = []
+        for first, rows in tables.values():
+            if len(rows) == 1:
+                inline.append(first.expr(namer))
+                continue
+            lines += table_lines(first, rows, namer)
+        cond = " and\n        ".join(f"({e})" for e in inline) or "True"
+        return [f"if not ({cond}):", "    return ___MISS", *lines]
+
+    def describe(self) -> str:
+        return "\n".join(f"  {g.describe()}" for g in self.guards)
+
+
+def explain_failure(
+    guards: list[Guard], namer: Namer, params: str, args, kwargs, defaults=(), kwdefaults=None
+) -> str | None:
+    """Evaluate guards one by one on a call's arguments; describe the first that fails."""
+    for g in guards:
+        src = f"def ___probe({params}):\n    return ({g.expr(namer)}), "
+        value_expr = g.source.expr(namer) if g.source is not None else "None"
+        src += f"{value_expr}\n"
+        scope = dict(namer.namespace)
+        try:
+            exec(src, scope)
+            probe = scope["___probe"]
+            probe.__defaults__ = tuple(defaults) or None
+            probe.__kwdefaults__ = dict(kwdefaults) if kwdefaults else None
+            ok, value = probe(*args, **kwargs)
+        except Exception as e:  # a missing attribute or index is itself the failure
+            return f"{g.describe()} -- evaluating it raised {type(e).__name__}: {e}"
+        if not ok:
+            return f"{g.describe()} -- now {_show(value)}"
+    return None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return (
+            f"{type(value).__name__}(dtype={value.dtype}, device={value.device}, "
+            f"shape={list(value.shape)}, stride={list(value.stride())}, "
+            f"requires_grad={value.requires_grad})"
+        )
+    text = repr(value)
+    return text if len(text) < 120 else text[:117] + "..."

@@ -1,0 +1,188 @@
+"""Opcode handlers: calls, keyword names, function creation and CPython's intrinsics.
+
+The stack layout of a call is `[callable_or_NULL, self_or_callable, *args]` on 3.11/3.12 and
+`[callable, self_or_NULL, *args]` on 3.13; keyword names arrive in KW_NAMES (3.11/3.12) or on
+the stack (CALL_KW, 3.13). Every call goes to calls.interp_call, which decides how to run it.
+"""
+
+from __future__ import annotations
+
+import types
+
+from torch.overrides import handle_torch_function
+
+from . import bytecode as bc
+from .bytecode import opcode
+from .calls import interp_call
+from .errors import GraphBreakAt, ResumableBreak
+from .interpreter import NULL
+
+
+def _call(interp, frame, fn, args: tuple, kwargs: dict):
+    """A call whose result goes straight onto this frame's stack; a break inside it becomes
+    the end of the graph, with the call itself as the plain-Python step."""
+    try:
+        return interp_call(interp, fn, args, kwargs, frame)
+    except ResumableBreak as brk:
+        from .continuations import chain_of
+
+        if fn is handle_torch_function:
+            # Asked of kiln's recording mode; outside the trace no mode answers, so the plain
+            # step calls the API itself: handle_torch_function(api, relevant, *args, **kwargs).
+            fn, args = args[0], args[2:]
+        raise GraphBreakAt(chain_of(interp, frame), ("call", fn, args, kwargs), brk) from None
+
+
+@opcode("KW_NAMES", until=(3, 13))
+def op_kw_names(interp, frame, inst):
+    frame.kw_names = frame.code.co_consts[inst.arg]
+
+
+def _split_kwargs(args: list, names: tuple):
+    if not names:
+        return args, {}
+    n = len(names)
+    return args[:-n], dict(zip(names, args[-n:]))
+
+
+@opcode("CALL")
+def op_call(interp, frame, inst):
+    argc = inst.arg
+    stack = frame.stack
+    args = stack[len(stack) - argc :] if argc else []
+    del stack[len(stack) - argc :]
+    b = stack.pop()
+    a = stack.pop()
+    if bc.PY >= (3, 13):  # [callable, self_or_NULL, args]
+        fn, args = (a, args) if b is NULL else (a, [b, *args])
+    else:  # [callable_or_NULL, self_or_callable, args]
+        fn, args = (b, args) if a is NULL else (a, [b, *args])
+    names = frame.kw_names
+    frame.kw_names = ()
+    if bc.PY >= (3, 13):
+        names = ()
+    pos, kwargs = _split_kwargs(args, names)
+    stack.append(_call(interp, frame, fn, tuple(pos), kwargs))
+
+
+@opcode("CALL_KW", since=(3, 13))
+def op_call_kw(interp, frame, inst):
+    names = frame.stack.pop()
+    argc = inst.arg
+    stack = frame.stack
+    args = stack[len(stack) - argc :] if argc else []
+    del stack[len(stack) - argc :]
+    b = stack.pop()
+    a = stack.pop()
+    fn, args = (a, args) if b is NULL else (a, [b, *args])
+    pos, kwargs = _split_kwargs(args, names)
+    stack.append(_call(interp, frame, fn, tuple(pos), kwargs))
+
+
+@opcode("CALL_FUNCTION_EX")
+def op_call_function_ex(interp, frame, inst):
+    stack = frame.stack
+    kwargs = stack.pop() if inst.arg & 1 else {}
+    args = stack.pop()
+    if bc.PY >= (3, 13):
+        null_or_self = stack.pop()
+        fn = stack.pop()
+        if null_or_self is not NULL:
+            args = (null_or_self, *args)
+    else:
+        fn = stack.pop()
+        if stack and stack[-1] is NULL:
+            stack.pop()
+    if not isinstance(args, tuple):
+        args = tuple(args)
+    if not isinstance(kwargs, dict):
+        kwargs = dict(kwargs)
+    stack.append(_call(interp, frame, fn, args, kwargs))
+
+
+@opcode("MAKE_FUNCTION")
+def op_make_function(interp, frame, inst):
+    stack = frame.stack
+    code = stack.pop()
+    flags = bc.make_function_flags(inst)
+    closure = stack.pop() if flags & 0x08 else None
+    annotations = stack.pop() if flags & 0x04 else None
+    kwdefaults = stack.pop() if flags & 0x02 else None
+    defaults = stack.pop() if flags & 0x01 else None
+    fn = types.FunctionType(code, frame.globals, code.co_name, defaults, closure)
+    fn.__qualname__ = code.co_qualname
+    if kwdefaults:
+        fn.__kwdefaults__ = kwdefaults
+    if annotations:
+        fn.__annotations__ = (
+            dict(zip(annotations[::2], annotations[1::2]))
+            if isinstance(annotations, tuple)
+            else annotations
+        )
+    interp.tracer.keepalive.append(fn)
+    interp.tracer.inner_functions.add(id(fn))
+    stack.append(fn)
+
+
+@opcode("SET_FUNCTION_ATTRIBUTE", since=(3, 13))
+def op_set_function_attribute(interp, frame, inst):
+    fn = frame.stack.pop()
+    value = frame.stack.pop()
+    if inst.arg == 0x08:
+        fn = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, value)
+    elif inst.arg == 0x01:
+        fn.__defaults__ = value
+    elif inst.arg == 0x02:
+        fn.__kwdefaults__ = value
+    elif inst.arg == 0x04:
+        fn.__annotations__ = value
+    frame.stack.append(fn)
+
+
+@opcode("CALL_INTRINSIC_1", since=(3, 12))
+def op_call_intrinsic_1(interp, frame, inst):
+    name = inst.argrepr  # dis names the intrinsic (e.g. INTRINSIC_UNARY_POSITIVE)
+    value = frame.stack.pop()
+    if name == "INTRINSIC_UNARY_POSITIVE":
+        frame.stack.append(+value)
+    elif name == "INTRINSIC_LIST_TO_TUPLE":
+        frame.stack.append(tuple(value))
+    elif name == "INTRINSIC_STOPITERATION_ERROR":
+        if isinstance(value, StopIteration):
+            raise RuntimeError("generator raised StopIteration") from value
+        raise value
+    elif name == "INTRINSIC_PRINT":
+        frame.stack.append(None)
+    else:
+        from .errors import AbortTrace
+
+        raise AbortTrace(f"kiln's interpreter does not implement intrinsic {name}")
+
+
+@opcode("LOAD_ASSERTION_ERROR")
+def op_load_assertion_error(interp, frame, inst):
+    frame.stack.append(AssertionError)
+
+
+@opcode("IMPORT_NAME")
+def op_import_name(interp, frame, inst):
+    fromlist = frame.stack.pop()
+    level = frame.stack.pop()
+    frame.stack.append(__import__(inst.argval, frame.globals, None, fromlist, level))
+
+
+@opcode("IMPORT_FROM")
+def op_import_from(interp, frame, inst):
+    module = frame.stack[-1]
+    try:
+        frame.stack.append(getattr(module, inst.argval))
+    except AttributeError:
+        import sys
+
+        full = f"{module.__name__}.{inst.argval}"
+        if full in sys.modules:
+            frame.stack.append(sys.modules[full])
+        else:
+            raise ImportError(
+                f"cannot import name '{inst.argval}' from '{module.__name__}'"
+            ) from None

@@ -1,0 +1,53 @@
+"""Side effects of a traced call on the world outside its frame, to replay on later calls.
+
+Takes the stores the interpreter makes into objects that came from outside (attributes,
+container items, globals, closure cells) and `print` calls; gives them back in program order
+(first occurrence) so the residual program can write each location's *final* value and print
+the same text. The trace itself already performed them for real on its own call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .sources import Source
+
+
+@dataclass
+class Effect:
+    kind: str  # "attr" | "container" | "global" | "cell" | "print" | "delattr"
+    target: Any = None
+    source: Source | None = None
+    name: str = ""
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+
+class SideEffects:
+    def __init__(self) -> None:
+        self.effects: list[Effect] = []
+        self._keys: set[tuple] = set()
+
+    def _add(self, key: tuple, effect: Effect) -> None:
+        if key not in self._keys:
+            self._keys.add(key)
+            self.effects.append(effect)
+
+    def store_attr(self, obj: Any, source: Source, name: str) -> None:
+        self._add(("attr", id(obj), name), Effect("attr", obj, source, name))
+
+    def mutate_container(self, obj: Any, source: Source) -> None:
+        self._add(("container", id(obj)), Effect("container", obj, source))
+
+    def store_global(self, gdict: dict, source: Source, name: str) -> None:
+        self._add(("global", id(gdict), name), Effect("global", gdict, source, name))
+
+    def store_cell(self, cell: Any, source: Source) -> None:
+        self._add(("cell", id(cell)), Effect("cell", cell, source))
+
+    def print_call(self, args: tuple, kwargs: dict) -> None:
+        self.effects.append(Effect("print", args=args, kwargs=kwargs))
+
+    def __bool__(self) -> bool:
+        return bool(self.effects)

@@ -1,0 +1,196 @@
+"""Symbolic Python scalars: a number that is also a graph input and guards only what is used.
+
+Takes a Python int or float that came from outside the graph and changes from call to call
+(today: the value a graph break hands to its continuation, such as `t.item()`); gives a
+`SymInt`/`SymFloat` that behaves as the number (it *is* an int/float subclass holding the real
+value) while arithmetic on it is recorded as graph nodes, torch calls take it as an input, and
+a comparison guards only its outcome (`v > 0`), not the value. Whenever it escapes to code
+kiln does not record (a C function, list indexing, formatting), it is specialized: the exact
+value is guarded and a plain number continues.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from . import guards as G
+
+
+class _Sym:
+    """Mixin: `_tracer`, `_node` (FX node of the value) and `_expr` (guard-code template)."""
+
+    _tracer: Any
+    _node: Any
+    _expr: str
+    _fake: Any = None  # the torch.SymInt of the fake world, when sizes are symbolic
+
+    def _plain(self):
+        return float.__float__(self) if isinstance(self, float) else int.__int__(self)
+
+    def specialize(self):
+        """Guard the exact value and return it as a plain number."""
+        v = self._plain()
+        self._tracer.guards.add(
+            G.Guard(None, "SYM", f"({self._expr}) == {v!r}", {}, f"{self._expr} == {v!r}")
+        )
+        return v
+
+
+def make(tracer, value, node, expr: str, fake=None):
+    cls = SymFloat if isinstance(value, float) else SymInt
+    obj = cls(value)
+    obj._tracer, obj._node, obj._expr, obj._fake = tracer, node, expr, fake
+    return obj
+
+
+def _fake_of(v):
+    if isinstance(v, _Sym):
+        return v._fake
+    return v
+
+
+def plain(value):
+    """Specialize a Sym (guarding its value); leave anything else alone."""
+    return value.specialize() if isinstance(value, _Sym) else value
+
+
+def _operand(v):
+    if isinstance(v, _Sym):
+        return v._node, v._expr, v._plain()
+    return v, repr(v), v
+
+
+def _binary(op, sym_result=True, reflected=False):
+    def method(self, other):
+        if not isinstance(other, (int, float)):
+            return NotImplemented
+        a, b = (other, self) if reflected else (self, other)
+        an, ae, av = _operand(a)
+        bn, be, bv = _operand(b)
+        result = op(av, bv)
+        if not isinstance(result, (int, float)) or isinstance(result, bool):
+            return result
+        tracer = self._tracer
+        node = tracer.graph.call_function(op, (an, bn))
+        fa, fb = _fake_of(a), _fake_of(b)
+        fake = op(fa, fb) if fa is not None and fb is not None else None
+        return make(tracer, result, node, f"({ae} {_SYMBOL[op]} {be})", fake)
+
+    return method
+
+
+def _compare(op):
+    def method(self, other):
+        if not isinstance(other, (int, float)):
+            return NotImplemented
+        _, ae, av = _operand(self)
+        _, be, bv = _operand(other)
+        result = op(av, bv)
+        self._tracer.guards.add(
+            G.Guard(
+                None,
+                "SYM",
+                f"({ae} {_SYMBOL[op]} {be}) == {result!r}",
+                {},
+                f"{ae} {_SYMBOL[op]} {be} is {result}",
+            )
+        )
+        return result
+
+    return method
+
+
+_SYMBOL = {
+    operator.add: "+",
+    operator.sub: "-",
+    operator.mul: "*",
+    operator.truediv: "/",
+    operator.floordiv: "//",
+    operator.mod: "%",
+    operator.pow: "**",
+    operator.lt: "<",
+    operator.le: "<=",
+    operator.gt: ">",
+    operator.ge: ">=",
+    operator.eq: "==",
+    operator.ne: "!=",
+}
+
+
+def _install(cls, base):
+    for name, op in (
+        ("add", operator.add),
+        ("sub", operator.sub),
+        ("mul", operator.mul),
+        ("truediv", operator.truediv),
+        ("floordiv", operator.floordiv),
+        ("mod", operator.mod),
+        ("pow", operator.pow),
+    ):
+        setattr(cls, f"__{name}__", _binary(op))
+        setattr(cls, f"__r{name}__", _binary(op, reflected=True))
+    for name, op in (
+        ("lt", operator.lt),
+        ("le", operator.le),
+        ("gt", operator.gt),
+        ("ge", operator.ge),
+        ("eq", operator.eq),
+        ("ne", operator.ne),
+    ):
+        setattr(cls, f"__{name}__", _compare(op))
+    cls.__hash__ = base.__hash__
+
+    def _neg(self):
+        node = self._tracer.graph.call_function(operator.neg, (self._node,))
+        fake = -self._fake if self._fake is not None else None
+        return make(self._tracer, -self._plain(), node, f"(-{self._expr})", fake)
+
+    def _bool(self):
+        result = bool(self._plain())
+        self._tracer.guards.add(
+            G.Guard(
+                None,
+                "SYM",
+                f"bool({self._expr}) == {result!r}",
+                {},
+                f"bool({self._expr}) is {result}",
+            )
+        )
+        return result
+
+    def _escape(name):
+        def method(self, *args):
+            return getattr(self.specialize(), name)(*args)
+
+        return method
+
+    cls.__neg__ = _neg
+    cls.__bool__ = _bool
+    for name in (
+        "__format__",
+        "__repr__",
+        "__str__",
+        "__int__",
+        "__float__",
+        "__index__",
+        "__round__",
+        "__abs__",
+        "__trunc__",
+        "__floor__",
+        "__ceil__",
+    ):
+        if hasattr(base, name):
+            setattr(cls, name, _escape(name))
+
+
+class SymInt(_Sym, int):
+    pass
+
+
+class SymFloat(_Sym, float):
+    pass
+
+
+_install(SymInt, int)
+_install(SymFloat, float)

@@ -1,0 +1,152 @@
+"""Index expressions of Triton kernels: binding loop variables to blocks, simplifying, printing.
+
+Takes a loop-IR index expression (sympy, over a member's variables `i0.. / r0..`) and how those
+variables come from the kernel's block indices (`xindex`, `rindex`, `yindex`); gives the
+simplified storage offset as a sympy expression and its Triton spelling.
+
+The simplification matters for speed: a member of size [8, 33, 64] flattened into `xindex`
+would naively read `(x // 2112)*2112 + (x // 64 % 33)*64 + x % 64`; merging the dimensions a
+load walks contiguously turns that into `xindex`, and a broadcast read into `xindex % 64`, so
+Triton sees contiguous (vectorizable) accesses. Non-affine indices (a reshape of a transposed
+view) fall back to sympy substitution with `FloorDiv`/`ModularIndexing`.
+
+Why it exists: the C++ renderer binds variables one scalar at a time inside loops; a Triton
+kernel computes whole blocks of indices, so it needs the index as one expression of the block.
+"""
+
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from ...lower.indexing import (
+    FloorDiv,
+    IndexPrinter,
+    ModularIndexing,
+    affine_coefficients,
+    delinearize,
+    is_affine,
+    linearize,
+    plain_operand,
+)
+
+XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
+YINDEX = sympy.Symbol("yindex", integer=True, nonnegative=True)
+RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)
+MASKS = {XINDEX: "xmask", YINDEX: "ymask", RINDEX: "rmask"}
+
+# One group: (loop variables, their sizes, the block index they are the row-major digits of).
+Group = tuple[tuple, tuple, sympy.Symbol]
+
+
+def _merged(coeffs: list[int], sizes: tuple, source: sympy.Symbol) -> sympy.Expr:
+    """sum(coeffs[k] * digit_k(source)), merging dims walked contiguously into one digit."""
+    sizes = tuple(int(s) for s in sizes)
+    out = sympy.Integer(0)
+    inner = 1
+    k = len(sizes) - 1
+    while k >= 0:
+        if sizes[k] == 1:
+            k -= 1
+            continue
+        c, gsize, j = coeffs[k], sizes[k], k - 1
+        while j >= 0 and (sizes[j] == 1 or coeffs[j] == c * gsize):
+            gsize *= sizes[j]
+            j -= 1
+        if c != 0:
+            term = FloorDiv(source, inner)
+            if any(s != 1 for s in sizes[: j + 1]):
+                term = ModularIndexing(term, gsize)
+            out = out + c * term
+        inner *= gsize
+        k = j
+    return out
+
+
+def bind(expr, groups: list[Group]) -> sympy.Expr:
+    """`expr` (over the groups' loop variables) as an expression of the block indices."""
+    expr = sympy.sympify(expr)
+    allvars = [v for g in groups for v in g[0]]
+    if not expr.free_symbols - set(allvars) and is_affine(expr, allvars):
+        coeffs, const = affine_coefficients(expr, allvars)
+        out = sympy.Integer(const)
+        k = 0
+        for vars_, sizes, source in groups:
+            out = out + _merged(coeffs[k : k + len(vars_)], sizes, source)
+            k += len(vars_)
+        return out
+    sub = {}
+    for vars_, sizes, source in groups:
+        if vars_:
+            sub.update(zip(vars_, delinearize(source, tuple(sizes))))
+    return sympy.expand(expr.xreplace(sub))
+
+
+def store_index(size: tuple, groups: list[Group]) -> sympy.Expr:
+    """Where element `vars` of a contiguous buffer of `size` lives, bound to the blocks."""
+    vars_ = [v for g in groups for v in g[0]]
+    strides, acc = [], 1
+    for s in reversed(size):
+        strides.append(acc)
+        acc *= int(s)
+    return bind(linearize(vars_, list(reversed(strides))), groups)
+
+
+def mask_for(expr: sympy.Expr, masked: set) -> str | None:
+    """The mask a memory access at `expr` needs: only the block indices it uses, only those
+    whose blocks overhang their range (`masked`)."""
+    used = [MASKS[s] for s in (YINDEX, XINDEX, RINDEX) if s in expr.free_symbols and s in masked]
+    return " & ".join(used) if used else None
+
+
+class _TritonIndexPrinter(IndexPrinter):
+    """Python/Triton spelling: floor division and remainder operators, tl.minimum/maximum, and
+    no parentheses around an expression that already has them."""
+
+    for_whom = " for Triton"
+
+    def floordiv(self, a: str, b: str) -> str:
+        return f"({a} // {b})"
+
+    def mod(self, a: str, b: str) -> str:
+        return f"({a} % {b})"
+
+    def minmax(self, is_min: bool, a: str, b: str) -> str:
+        return f"{'tl.minimum' if is_min else 'tl.maximum'}({a}, {b})"
+
+    def paren(self, e) -> str:
+        s = self.doprint(e)
+        enclosed = s.startswith("(") and s.endswith(")") and _balanced(s)
+        return s if plain_operand(e) or enclosed else f"({s})"
+
+
+_TRITON = _TritonIndexPrinter()
+
+
+def tl_str(e) -> str:
+    """Triton (Python) spelling of an integer index expression."""
+    return _TRITON.doprint(e)
+
+
+def _balanced(s: str) -> bool:
+    """True if the outer parentheses of `s` enclose all of it."""
+    depth = 0
+    for k, ch in enumerate(s):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and k < len(s) - 1:
+            return False
+    return True
+
+
+def extent(layout) -> int:
+    """Elements a layout's storage spans (offset included): decides 32- vs 64-bit indices."""
+    if any(int(s) == 0 for s in layout.size):
+        return 0
+    far = sum((int(s) - 1) * abs(int(st)) for s, st in zip(layout.size, layout.stride))
+    return int(layout.offset) + far + 1
+
+
+def numel(size) -> int:
+    return math.prod(int(s) for s in size)

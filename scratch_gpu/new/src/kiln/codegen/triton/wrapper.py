@@ -1,0 +1,97 @@
+"""The wrapper program of a Triton graph: one Python function that allocates, launches, frees.
+
+Takes a `Schedule` and the rendered Triton kernels (their pointer arguments and launch plans);
+gives `WrapperProgram` (the C++ path's type): the source of `call(arg0, arg1, ...)` and the
+ATen ops it calls. Like the C++ wrapper (codegen/wrapper.py, whose step spellings for extern
+calls, views and frees this reuses) it checks each input's shape and strides, then runs the
+steps in order; what differs is the small part that is Triton's:
+
+* buffers are allocated on the graph's device (the one its example inputs were on; an input
+  elsewhere, such as a CPU scalar tensor, is copied there), so the same program runs CUDA
+  tensors on the GPU and CPU tensors under `TRITON_INTERPRET=1`;
+* a kernel step is a launch, `kernel0[grid](buf0, arg0, XBLOCK=1024, num_warps=4)`, with the
+  grid and block sizes of its plan written out, so `KILN_LOGS=output_code` shows them;
+* the body runs under `_device_guard(device)`, which selects the inputs' GPU when it is not the
+  current one (Triton launches on the current device).
+
+Why it exists: the whole compiled graph stays readable as code, as DESIGN.md §2 asks.
+"""
+
+from __future__ import annotations
+
+from ...lower.ir import Extern
+from ...schedule import Alias, Alloc, ExternCall, Free, Kernel, Schedule
+from ..wrapper import (
+    WrapperProgram,
+    _alias,
+    _arg,
+    _dtype,
+    _extern_name,
+    _extern_outputs,
+    _tuple,
+    boxed_header,
+    indexed_by_layout,
+    input_checks,
+)
+from .renderer import TritonKernel
+
+
+def _launch(kernel: TritonKernel, members: str) -> list[str]:
+    """The launch of `kernel`; a split reduction's also allocates its partials' scratch
+    buffers, launches the kernel that adds them, and frees them (split.py)."""
+    p = kernel.plan
+    consts = "".join(f", {k}={v}" for k, v in p.constexprs.items())
+    args = ", ".join(kernel.params)
+    launch = f"{kernel.name}[{_tuple(p.grid)}]({args}{consts}, num_warps={p.num_warps})"
+    if kernel.finish is None:
+        return [f"{launch}  # {members}"]
+    lines = [
+        f"{name} = _empty({_tuple(size)}, {_tuple((size[1], 1))}, {_dtype(dtype)}, device)"
+        for name, size, dtype in kernel.workspaces
+    ]
+    lines.append(f"{launch}  # partial sums of {members}")
+    lines += _launch(kernel.finish, members)
+    lines += [f"del {name}" for name, _, _ in kernel.workspaces]
+    return lines
+
+
+def render_wrapper(
+    sched: Schedule, kernels: dict[str, TritonKernel], checked=frozenset()
+) -> WrapperProgram:
+    graph = sched.graph
+    nodes = graph.node_map()
+    lines = boxed_header(graph.inputs) + ["    device = _default_device"]
+    lines += input_checks(graph.inputs, nodes, checked, device=True)
+    lines.append("    with _device_guard(device):")
+    body: list[str] = []
+    kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
+    read_by_kernel = indexed_by_layout(sched, nodes, (k.params for k in kernels.values()))
+    externs: dict = {}
+    for step in sched.steps:
+        if isinstance(step, Alloc):
+            node = nodes[step.name]
+            size, stride = _tuple(node.size), _tuple(node.layout.stride)
+            if step.reuse:
+                body.append(f"{step.name} = {step.reuse}.view({size}); del {step.reuse}")
+            else:
+                body.append(f"{step.name} = _empty({size}, {stride}, {_dtype(node.dtype)}, device)")
+        elif isinstance(step, Kernel):
+            if step.name in kernels:  # kernels over zero elements are not launched
+                members = ", ".join(m.name for m in step.members)
+                body.extend(_launch(kernels[step.name], members))
+        elif isinstance(step, ExternCall):
+            node: Extern = nodes[step.name]
+            fn = _extern_name(node.target)
+            externs[fn] = node.target
+            args = [_arg(a) for a in node.args] + [f"{k}={_arg(v)}" for k, v in node.kwargs]
+            body.append(f"{node.name} = {fn}({', '.join(args)})")
+            body.extend(line.strip() for line in _extern_outputs(node, nodes, read_by_kernel))
+        elif isinstance(step, Alias):
+            body.append(f"{step.name} = {_alias(nodes[step.name], nodes)}")
+        elif isinstance(step, Free):
+            if step.name not in kept:
+                body.append(f"del {step.name}")
+    outs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
+    body.append(f"return ({''.join(o + ', ' for o in outs)})")
+    lines.extend("        " + b for b in body)
+    return WrapperProgram("\n".join(lines) + "\n", externs)

@@ -1,0 +1,254 @@
+"""The wrapper program: one Python function per graph that allocates, calls kernels, frees.
+
+Takes a `Schedule` and the rendered kernels (their argument buffers); gives `WrapperProgram`:
+the Python source of `call(arg0, arg1, ...)` and the names it expects in its namespace
+(`kernel0`, `aten_mm_default`, constants). The program checks each input's shape and strides
+against the ones the kernels were built for (a differently strided input is copied, a
+differently shaped one is an error), then runs the steps in order: `Alloc` ->
+`torch.empty_strided` (or a view of a dead buffer's storage), `Kernel` -> a `ctypes` call with
+data pointers, `ExternCall` -> the ATen op, `Alias` -> `as_strided`, `Free` -> `del`.
+
+Why it exists: the one place the whole compiled graph is readable as code — what
+`KILN_LOGS=output_code` prints, next to the C++ source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..lower.indexing import index_vars, linearize
+from ..lower.ir import (
+    BufRef,
+    Extern,
+    ExternItem,
+    Pointwise,
+    Reduction,
+    View,
+    node_dtype,
+    node_size,
+)
+from ..schedule import Alias, Alloc, ExternCall, Free, Kernel, Schedule
+
+_aten = torch.ops.aten
+# Extern calls the C++ wrapper makes with `out=` into a buffer the memory plan gives (and may
+# reuse): the schedule is told which ones (`schedule(..., out_externs=...)`).
+OUT_VARIANTS = {
+    _aten.mm.default: _aten.mm.out,
+    _aten.addmm.default: _aten.addmm.out,
+    _aten.bmm.default: _aten.bmm.out,
+    _aten.baddbmm.default: _aten.baddbmm.out,
+}
+
+
+@dataclass(frozen=True)
+class WrapperProgram:
+    source: str
+    externs: dict  # namespace name -> OpOverload
+
+
+def _tuple(values) -> str:
+    values = [str(int(v)) for v in values]
+    return "(" + ", ".join(values) + ("," if len(values) == 1 else "") + ")"
+
+
+def strides_differ(name: str, size, stride) -> str | None:
+    """The test that tensor `name` is not strided as compiled, where it matters: a dimension of
+    size 1 is never stepped along, so its stride is whatever ATen chose (a (1, N) matmul result
+    comes back with stride (N, 1) or (1, 1) by cuBLAS's choice; comparing whole stride tuples
+    copied 48 such results a GPT-2 decode step). None: nothing to compare."""
+    keep = [d for d, s in enumerate(size) if s != 1]
+    if len(keep) == len(size):
+        return f"{name}.stride() != {_tuple(stride)}"
+    if not keep:
+        return None
+    got = "(" + "".join(f"{name}.stride({d}), " for d in keep) + ")"
+    return f"{got} != {_tuple([stride[d] for d in keep])}"
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype)  # "torch.float32"
+
+
+def _arg(value) -> str:
+    if isinstance(value, BufRef):
+        return value.name
+    if isinstance(value, list):
+        return "[" + ", ".join(_arg(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + "".join(_arg(v) + ", " for v in value) + ")"
+    if isinstance(value, torch.dtype):
+        return _dtype(value)
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    if isinstance(value, (torch.memory_format, torch.layout)):
+        return str(value)
+    if isinstance(value, float) and value != value:
+        return "float('nan')"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return f"float('{value}')"
+    return repr(value)
+
+
+def _extern_name(target) -> str:
+    return "aten_" + str(target).replace("aten.", "").replace(".", "_")
+
+
+def boxed_header(inputs) -> list[str]:
+    """The wrapper takes its inputs as one list and empties it (the boxed convention): then
+    `del argN` after an input's last reader frees it — a backward releases each saved
+    activation as soon as it is used, not when the whole graph returns."""
+    unpack = "".join(f"{name}, " for name in inputs)
+    if not inputs:
+        return ["def call(args):", "    args.clear()"]
+    return ["def call(args):", f"    {unpack}= args", "    args.clear()"]
+
+
+def indexed_by_layout(sched: Schedule, nodes: dict, kernel_params) -> set[str]:
+    """Buffers indexed with the strides the fake tensors predicted: those kernels read, and the
+    bases of strided aliases. An extern output among them is copied into those strides when
+    ATen returns another layout than its meta function said."""
+    read = {p for params in kernel_params for p in params}
+    return read | {nodes[s.name].base for s in sched.steps if isinstance(s, Alias)}
+
+
+def checked_input_names(gm, inputs) -> frozenset:
+    """The wrapper inputs (`argN`) whose layouts the caller's guards check on every call
+    (`gm.meta["kiln_checked_inputs"]`, set for forward graphs of captured code): the wrapper
+    skips its own check of those. A ResNet-50 passes 268 tensors; each check cost ~1 us."""
+    positions = getattr(gm, "meta", {}).get("kiln_checked_inputs", ())
+    return frozenset(inputs[k] for k in positions if k < len(inputs))
+
+
+def input_checks(inputs, nodes: dict, checked=frozenset(), device: bool = False) -> list[str]:
+    """Lines checking each input's shape and strides (and, `device`, that it is on the graph's
+    device), copying a differently strided one into place; inputs in `checked` are left to
+    the caller's guards, with a comment saying how many."""
+    n = sum(name in checked for name in inputs)
+    lines = [f"    # {n} inputs' layouts are checked by capture's guards, not here"] if n else []
+    for name in inputs:
+        if name in checked:
+            continue
+        lay = nodes[name].layout
+        size, stride = _tuple(lay.size), _tuple(lay.stride)
+        tests = [strides_differ(name, lay.size, lay.stride), f"{name}.shape != {size}"]
+        if device:
+            tests.append(f"{name}.get_device() != _device_index")
+        fix = f"_fix_input({name}, {name!r}, {size}, {stride}{', device' if device else ''})"
+        lines.append(f"    if {' or '.join(t for t in tests if t)}: {name} = {fix}")
+    return lines
+
+
+def render_wrapper(
+    sched: Schedule, kernel_params: dict[str, tuple[str, ...]], checked=frozenset()
+) -> WrapperProgram:
+    graph = sched.graph
+    nodes = graph.node_map()
+    lines = boxed_header(graph.inputs) + input_checks(graph.inputs, nodes, checked)
+    lines.extend(_arena_header(sched, nodes))
+    kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
+    read_by_kernel = indexed_by_layout(sched, nodes, kernel_params.values())
+    externs: dict = {}
+    allocated: set[str] = set()
+    for step in sched.steps:
+        if isinstance(step, Alloc):
+            node = nodes[step.name]
+            size, stride = _tuple(node_size(node)), _tuple(node.layout.stride)
+            allocated.add(step.name)
+            if step.reuse:
+                lines.append(f"    {step.name} = {step.reuse}.view({size}); del {step.reuse}")
+            elif step.name in sched.arena.offsets:
+                dtype = node_dtype(node)
+                at = sched.arena.offsets[step.name] // dtype.itemsize
+                lines.append(
+                    f"    {step.name} = _as_strided({_arena_view(dtype)}, {size}, {stride}, {at})"
+                )
+            else:
+                dtype = _dtype(node_dtype(node))
+                lines.append(f"    {step.name} = _empty({size}, {stride}, {dtype})")
+        elif isinstance(step, Kernel):
+            ptrs = ", ".join(f"{p}.data_ptr()" for p in kernel_params[step.name])
+            members = ", ".join(m.name for m in step.members)
+            lines.append(f"    {step.name}({ptrs})  # {members}")
+        elif isinstance(step, ExternCall):
+            node = nodes[step.name]
+            into = node.name in allocated  # the plan gave it a buffer: call the out= variant
+            target = OUT_VARIANTS[node.target] if into else node.target
+            fn = _extern_name(target)
+            externs[fn] = target
+            args = [_arg(a) for a in node.args] + [f"{k}={_arg(v)}" for k, v in node.kwargs]
+            if into:
+                lines.append(f"    {fn}({', '.join(args + [f'out={node.name}'])})")
+            else:
+                lines.append(f"    {node.name} = {fn}({', '.join(args)})")
+                lines.extend(_extern_outputs(node, nodes, read_by_kernel))
+        elif isinstance(step, Alias):
+            lines.append(f"    {step.name} = {_alias(nodes[step.name], nodes)}")
+        elif isinstance(step, Free):
+            if step.name in kept:
+                continue
+            lines.append(f"    del {step.name}")
+    if sched.arena.nbytes:
+        lines.append("    _arenas.append(_arena)")
+    outs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
+    lines.append(f"    return ({''.join(o + ', ' for o in outs)})")
+    return WrapperProgram("\n".join(lines) + "\n", externs)
+
+
+def _arena_header(sched: Schedule, nodes: dict) -> list[str]:
+    """Take the graph's arena (schedule/arena.py) from the ones kept by earlier calls, or make
+    one (the first call, or a call while another is running), and one typed view of it per
+    dtype placed in it."""
+    if not sched.arena.nbytes:
+        return []
+    lines = [f"    _arena = _arenas.pop() if _arenas else _new_arena({sched.arena.nbytes})"]
+    for dtype in dict.fromkeys(node_dtype(nodes[n]) for n in sched.arena.offsets):
+        lines.append(f"    {_arena_view(dtype)} = _arena.view({_dtype(dtype)})")
+    return lines
+
+
+def _arena_view(dtype: torch.dtype) -> str:
+    return "_arena_" + str(dtype).replace("torch.", "")
+
+
+def _extern_outputs(node: Extern, nodes: dict, read_by_kernel: set) -> list[str]:
+    lines = []
+    items = [n for n in nodes.values() if isinstance(n, ExternItem) and n.base == node.name]
+    for item in items:
+        lines.append(f"    {item.name} = {node.name}[{item.index}]")
+    if node.multi:
+        lines.append(f"    del {node.name}")
+    for n in items if node.multi else [node]:
+        if n.name not in read_by_kernel:  # kernels index with the layout predicted
+            continue
+        test = strides_differ(n.name, n.layout.size, n.layout.stride)
+        if test:
+            stride, size = _tuple(n.layout.stride), _tuple(n.layout.size)
+            lines.append(
+                f"    if {test}: {n.name} = _fix_input({n.name}, {n.name!r}, {size}, {stride})"
+            )
+    return lines
+
+
+def _alias(view: View, nodes: dict) -> str:
+    base = nodes[view.base]
+    vs = index_vars(len(view.size))
+    if isinstance(base, (Pointwise, Reduction)):
+        lay_stride, lay_offset = base.layout.stride, 0
+    else:
+        lay_stride, lay_offset = base.layout.stride, base.layout.offset
+    from ..lower.indexing import affine_coefficients
+
+    coeffs, const = affine_coefficients(linearize(view.index, lay_stride), vs)
+    strides = [c if s != 1 else 0 for c, s in zip(coeffs, view.size)]
+    rel = const  # offsets relative to the base tensor's own storage offset
+    del lay_offset
+    head = f"_as_strided({view.base}, {_tuple(view.size)}, {_tuple(strides)}"
+    if rel == 0:  # torch.as_strided keeps the base's own storage offset when given none
+        return head + ")"
+    return head + f", {view.base}.storage_offset() + {rel})"
+
+
+def _size_of(node) -> tuple:
+    return tuple(node_size(node))

@@ -1,0 +1,119 @@
+"""Artifact logs: `KILN_LOGS=graph,guards,...` or `kiln.set_logs(...)`.
+
+Each artifact is a child of the `kiln` logger (`kiln.graph`, `kiln.recompiles`, ...), so the
+standard `logging` machinery can redirect them. A message is only formatted when its artifact
+is on, so logging costs nothing when it is off. `once` prints a line a single time per process.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Callable, Iterable
+
+from . import options as _options
+
+ARTIFACTS = (
+    "graph",
+    "guards",
+    "recompiles",
+    "graph_breaks",
+    "aot_graphs",
+    "output_code",
+    "schedule",
+    "perf_hints",
+    "bytecode",
+    "fallbacks",
+)
+
+_root = logging.getLogger("kiln")
+_enabled: set[str] | None = None
+_seen_once: set[str] = set()
+
+
+class _Formatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        artifact = record.name.split(".", 1)[1] if "." in record.name else "kiln"
+        return f"[kiln:{artifact}] {record.getMessage()}"
+
+
+def _ensure_handler() -> None:
+    if not any(getattr(h, "_kiln", False) for h in _root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_Formatter())
+        handler._kiln = True  # type: ignore[attr-defined]
+        _root.addHandler(handler)
+        _root.propagate = False
+    if _root.level == logging.NOTSET:
+        _root.setLevel(logging.INFO)
+
+
+def _parse(spec: str | Iterable[str]) -> set[str]:
+    names = spec.replace(",", " ").split() if isinstance(spec, str) else list(spec)
+    out = set()
+    for raw in names:
+        name = raw.strip().lstrip("+")
+        if not name:
+            continue
+        if name == "all":
+            out.update(ARTIFACTS)
+            continue
+        if name not in ARTIFACTS:
+            raise ValueError(
+                f"kiln logs: unknown artifact {name!r}. Known: {', '.join(ARTIFACTS)}, all"
+            )
+        out.add(name)
+    return out
+
+
+def enabled_artifacts() -> set[str]:
+    global _enabled
+    if _enabled is None:
+        _enabled = _parse(_options.env_logs())
+        if _enabled:
+            _ensure_handler()
+    return _enabled
+
+
+def set_logs(*names: str, **flags: bool) -> None:
+    """`set_logs("graph", "guards")`, `set_logs(graph=True)`, or `set_logs()` to turn all off."""
+    global _enabled
+    chosen = _parse(names)
+    chosen |= _parse([k for k, v in flags.items() if v])
+    _enabled = chosen
+    if chosen:
+        _ensure_handler()
+
+
+def is_on(artifact: str) -> bool:
+    return artifact in enabled_artifacts()
+
+
+def log(artifact: str, message: str | Callable[[], str]) -> None:
+    """Log `message` under `artifact` if it is on; a callable message is only built when on."""
+    if artifact not in ARTIFACTS:
+        raise ValueError(f"kiln logs: unknown artifact {artifact!r}")
+    if artifact in enabled_artifacts():
+        text = message() if callable(message) else message
+        logging.getLogger(f"kiln.{artifact}").info(text)
+
+
+def once(key: str, artifact: str, message: str) -> bool:
+    """Log a message the first time `key` is seen; True if it was new."""
+    if key in _seen_once:
+        return False
+    _seen_once.add(key)
+    log(artifact, message)
+    return True
+
+
+def warn(message: str) -> None:
+    """A warning the user sees whatever logs are on (limits hit, fallbacks forced on them)."""
+    _ensure_handler()
+    logging.getLogger("kiln.fallbacks").warning(message)
+
+
+def warn_once(key: str, message: str) -> None:
+    if key not in _seen_once:
+        _seen_once.add(key)
+        warn(message)

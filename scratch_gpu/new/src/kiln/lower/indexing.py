@@ -1,0 +1,304 @@
+"""Index arithmetic for the loop IR: loop variables, integer division and modulo, view indexers.
+
+Takes sizes and index expressions (sympy; static sizes are plain ints); gives the loop
+variables `i0.. / r0..`, the integer functions `FloorDiv` and `ModularIndexing` (which sympy's
+own `floor`/`Mod` would rewrite into forms no C printer wants), the indexer of a reshape, and
+`sympy_str`, the one printer of index expressions used by IR dumps and the C++ renderer, and
+`Indirect`, an index read from memory (`x[idx[i0]]`: gather, embedding, advanced indexing).
+
+Why it exists: every view op (permute, reshape, slice, expand, ...) is a remapping of indices;
+keeping that arithmetic in one place keeps views zero-copy and the printed code readable.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import sympy
+from sympy.core.symbol import Str
+
+
+@functools.lru_cache(maxsize=None)
+def _sym(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+def index_vars(n: int) -> tuple[sympy.Symbol, ...]:
+    return tuple(_sym(f"i{k}") for k in range(n))
+
+
+def reduce_vars(n: int) -> tuple[sympy.Symbol, ...]:
+    return tuple(_sym(f"r{k}") for k in range(n))
+
+
+class FloorDiv(sympy.Function):
+    """`a // b` for a >= 0, b > 0 (indices are never negative)."""
+
+    nargs = 2
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        if isinstance(a, FloorDiv):  # (x // c) // b == x // (c*b)
+            return FloorDiv(a.args[0], a.args[1] * b)
+        if a.is_Mul and a.args[0].is_Integer and int(a.args[0]) % int(b) == 0:
+            return sympy.Mul(sympy.Integer(int(a.args[0]) // int(b)), *a.args[1:])
+        return None
+
+
+class ModularIndexing(sympy.Function):
+    """`a % b` for a >= 0, b > 0."""
+
+    nargs = 2
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1 or a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+        if a.is_Mul and a.args[0].is_Integer and int(a.args[0]) % int(b) == 0:
+            return sympy.Integer(0)
+        return None
+
+
+class Indirect(sympy.Function):
+    """An index read from memory: buffer `buf` at `index`, used to index a dimension of `size`.
+
+    Arguments: `(Str(buf), size, wrap, *index)`. With `wrap` a negative value counts from the
+    end (`x[-1]`), as advanced indexing does. It is an ordinary integer term of an index, so
+    views compose through it and inlining substitutes into its `index` like any other. Renderers
+    clamp the value into `[0, size)`, so a bad index never reads outside the buffer; the
+    lowering that makes one also adds the check that raises for it (lower/indirect.py).
+    """
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def make(cls, buf: str, index, size: int, wrap: bool) -> Indirect:
+        return cls(Str(buf), sympy.Integer(size), sympy.true if wrap else sympy.false, *index)
+
+    @property
+    def buf(self) -> str:
+        return self.args[0].name
+
+    @property
+    def size(self) -> int:
+        return int(self.args[1])
+
+    @property
+    def wrap(self) -> bool:
+        return bool(self.args[2])
+
+    @property
+    def index(self) -> tuple:
+        return self.args[3:]
+
+
+def indirect_terms(expr) -> tuple[Indirect, ...]:
+    """Every `Indirect` in an index expression, nested ones included, inner ones first."""
+    if not isinstance(expr, sympy.Basic) or expr.is_Atom:
+        return ()
+    return _indirect_terms(expr)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # the scheduler asks again and again for the same index
+def _indirect_terms(expr: sympy.Basic) -> tuple[Indirect, ...]:
+    if not expr.has(Indirect):
+        return ()
+    return tuple(sorted(expr.atoms(Indirect), key=lambda a: (len(str(a)), str(a))))
+
+
+def to_sym(x) -> sympy.Expr:
+    return sympy.Integer(x) if isinstance(x, int) else x
+
+
+def is_affine(expr: sympy.Expr, variables) -> bool:
+    """True if `expr` is a constant plus integer multiples of `variables` (no div/mod/min)."""
+    expr = sympy.expand(expr)
+    for term in sympy.Add.make_args(expr):
+        coeff, rest = term.as_coeff_Mul()
+        if rest == 1:
+            continue
+        if rest not in variables or not coeff.is_Integer:
+            return False
+    return True
+
+
+def affine_coefficients(expr: sympy.Expr, variables) -> tuple[list[int], int]:
+    expr = sympy.expand(expr)
+    coeffs = [int(expr.coeff(v)) for v in variables]
+    const = expr.subs({v: 0 for v in variables})
+    return coeffs, int(const)
+
+
+def linearize(index, strides) -> sympy.Expr:
+    out = sympy.Integer(0)
+    for i, s in zip(index, strides):
+        out = out + i * s
+    return simplify_index(out)
+
+
+def simplify_index(expr) -> sympy.Expr:
+    """Fold `k*(a % m) + k*m*(a // m)` into `k*a`, repeatedly.
+
+    A view of a reshape (`x.view(4, 128, 1024).view(512, 1024).t()`) reads its base at
+    `1024*(i1 % 128) + 131072*(i1 // 128) + i0`, which is just `1024*i1 + i0`: folded, the view
+    stays a strided alias instead of a copy, and kernels index without divisions.
+    """
+    if not isinstance(expr, sympy.Expr) or not expr.has(ModularIndexing):
+        return expr
+    expr = sympy.expand(expr)
+    while expr.is_Add:
+        coeffs: dict = {}
+        for term in expr.args:
+            c, rest = term.as_coeff_Mul()
+            coeffs[rest] = coeffs.get(rest, 0) + c
+        for rest, c in coeffs.items():
+            if not isinstance(rest, ModularIndexing):
+                continue
+            a, m = rest.args
+            partner = FloorDiv(a, m)
+            if coeffs.get(partner) == c * m:
+                expr = sympy.expand(expr - c * rest - c * m * partner + c * a)
+                break
+        else:
+            break
+    return expr
+
+
+def delinearize(linear: sympy.Expr, size) -> tuple[sympy.Expr, ...]:
+    """Row-major position `linear` in `size` as one index per dim."""
+    out, inner = [], 1
+    for k in range(len(size) - 1, -1, -1):
+        d = FloorDiv(linear, inner)
+        out.append(d if k == 0 else ModularIndexing(d, size[k]))
+        inner = inner * size[k]
+    return tuple(reversed(out))
+
+
+def reshape_indexer(old: tuple, new: tuple, new_vars) -> tuple[sympy.Expr, ...]:
+    """The index into a tensor of size `old` read by index `new_vars` of its reshape to `new`.
+
+    Dims are matched in groups of equal product, so a flatten or a split gives one div/mod per
+    dimension of the group, and dims outside any merged group map straight through.
+    """
+    out: list[sympy.Expr] = []
+    i = j = 0
+    while i < len(old) or j < len(new):
+        if i < len(old) and old[i] == 1 and (j >= len(new) or new[j] != 1):
+            out.append(sympy.Integer(0))
+            i += 1
+            continue
+        if j < len(new) and new[j] == 1 and (i >= len(old) or old[i] != 1):
+            j += 1
+            continue
+        i0, j0 = i, j
+        po, pn = old[i], new[j]
+        i, j = i + 1, j + 1
+        while po != pn:
+            if po < pn:
+                po = po * old[i]
+                i += 1
+            else:
+                pn = pn * new[j]
+                j += 1
+        linear = linearize(new_vars[j0:j], _strides(new[j0:j]))
+        out.extend(delinearize(linear, old[i0:i]))
+    return tuple(out)
+
+
+def _strides(size) -> list:
+    strides, acc = [], 1
+    for s in reversed(size):
+        strides.append(acc)
+        acc = acc * s
+    return list(reversed(strides))
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing (IR dumps and C++ share it: the syntax of integer index arithmetic is the same)
+# ---------------------------------------------------------------------------------------------
+
+
+class IndexPrinter:
+    """Prints integer index arithmetic. The syntax is shared by IR dumps, C++ and Triton; only
+    division, remainder, min/max and parenthesis rules differ, and a renderer overrides just
+    those (STYLE.md item 5: language differences in small overrides)."""
+
+    def doprint(self, e) -> str:
+        if isinstance(e, int):
+            return str(e)
+        if e.is_Integer or e.is_Symbol:
+            return str(e)
+        if e.is_Add:
+            terms = sorted(e.args, key=lambda t: (t.is_Number, str(t)))
+            out = self.doprint(terms[0])
+            for t in terms[1:]:
+                coeff, _ = t.as_coeff_Mul()
+                if coeff.is_Number and coeff < 0:
+                    out += f" - {self.paren(-t)}"
+                else:
+                    out += f" + {self.doprint(t)}"
+            return out
+        if e.is_Mul:
+            return "*".join(self.paren(a) for a in e.args)
+        if isinstance(e, FloorDiv):
+            return self.floordiv(self.paren(e.args[0]), self.paren(e.args[1]))
+        if isinstance(e, ModularIndexing):
+            return self.mod(self.paren(e.args[0]), self.paren(e.args[1]))
+        if isinstance(e, Indirect):
+            return self.indirect(e)
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            out = self.doprint(e.args[0])
+            for a in e.args[1:]:
+                out = self.minmax(isinstance(e, sympy.Min), out, self.doprint(a))
+            return out
+        raise NotImplementedError(f"cannot print index expression {e!r}{self.for_whom}")
+
+    for_whom = ""
+
+    # C++ (and IR dumps): indices are non-negative, so `/` truncating is floor division
+    def floordiv(self, a: str, b: str) -> str:
+        return f"{a}/{b}"
+
+    def mod(self, a: str, b: str) -> str:
+        return f"{a}%{b}"
+
+    def minmax(self, is_min: bool, a: str, b: str) -> str:
+        return f"{'std::min' if is_min else 'std::max'}<int64_t>({a}, {b})"
+
+    def paren(self, e) -> str:
+        s = self.doprint(e)
+        return s if plain_operand(e) else f"({s})"
+
+    def indirect(self, e: Indirect) -> str:
+        # A renderer binds each indirect index to a variable before printing (C++ does); one
+        # that has no such support must not print IR text into its source.
+        raise NotImplementedError(f"cannot print indirect index {e}{self.for_whom}")
+
+
+class _IRPrinter(IndexPrinter):
+    def indirect(self, e: Indirect) -> str:
+        at = ", ".join(self.doprint(i) for i in e.index)
+        return f"indirect({e.buf}[{at}], {e.size}{', wrap' if e.wrap else ''})"
+
+
+def plain_operand(e) -> bool:
+    """Needs no parentheses as an operand: a non-negative integer or a symbol."""
+    return isinstance(e, int) or e.is_Integer and e >= 0 or e.is_Symbol or isinstance(e, Indirect)
+
+
+_CPP = _IRPrinter()
+
+
+def sympy_str(e) -> str:
+    return _CPP.doprint(e)

@@ -1,0 +1,274 @@
+"""Native checks: guard tables and tensor addresses read in C++, built once per machine.
+
+Takes `native_checks.cpp`; gives `table(kind, rows, names, python_check)`, a `Table` whose
+`check()` says whether every row of held facts still holds, and `data_ptrs(tensors)`, the
+addresses of a sequence of tensors. Both exist in Python too and give the same answers; the C++
+versions are an order of magnitude faster on the tables a large model checks on every call
+(ResNet-50's entry checks 267 parameters and buffers, ~460 attribute constants and ~150
+modules; a device graph reads the address of every parameter). torch.compile runs its guards
+in C++; without this, kiln's call overhead on such models is several times torch.compile's.
+
+Built with the system C++ compiler against the installed torch's headers, on first use, in a
+background thread (10-20 s of one core), into `KILN_NATIVE_DIR` (options.env_native), keyed by
+the source, compiler, torch and Python; a later process loads it in a millisecond. Until it
+loads, and for good where it cannot be built (no compiler, not Linux, `KILN_NATIVE=0`), tables
+run their Python loops: the same facts, checked more slowly. A failed build is said once in
+`KILN_LOGS=perf_hints`. `wait()` (and `kiln native`) builds and loads it in the foreground.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import operator
+import os
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from .. import logs, options
+
+SOURCE = os.path.join(os.path.dirname(__file__), "native_checks.cpp")
+KINDS = ("tensors", "items", "dicts", "empty")
+
+_lock = threading.Lock()
+_done = threading.Event()
+_state: dict[str, Any] = {"status": "idle", "module": None, "error": "", "seconds": 0.0}
+_waiting: weakref.WeakSet[Table] = weakref.WeakSet()
+
+
+class Table:
+    """One table of held facts. `check()` is the Python loop until the native module loads,
+    then the native check of the same rows (`native_rows`, in the layout `prepare` takes)."""
+
+    __slots__ = ("kind", "native_rows", "names", "python", "check", "__weakref__")
+
+    def __init__(self, kind: str, native_rows: tuple, names: tuple, python_check: Callable):
+        assert kind in KINDS, kind
+        self.kind, self.native_rows, self.names = kind, native_rows, names
+        self.python = python_check  # kept: the same answer, for tests and a reader
+        self.check: Callable[[], bool] = python_check
+
+    @property
+    def is_native(self) -> bool:
+        return type(self.check).__name__ == "builtin_function_or_method"
+
+    def _upgrade(self, module: Any) -> None:
+        try:
+            self.check = module.prepare(self.kind, self.native_rows, self.names)
+        except (ValueError, TypeError) as e:  # rows of an unexpected shape: keep the Python loop
+            logs.once(
+                f"native:rows:{self.kind}",
+                "perf_hints",
+                f"native checks: a {self.kind} table stays in Python ({e})",
+            )
+
+
+def table(kind: str, native_rows: tuple, names: tuple, python_check: Callable) -> Table:
+    t = Table(kind, native_rows, names, python_check)
+    module = start()
+    if module is not None:
+        t._upgrade(module)
+    else:
+        with _lock:
+            if _state["module"] is not None:
+                t._upgrade(_state["module"])
+            elif _state["status"] == "building":
+                _waiting.add(t)
+    return t
+
+
+def _python_data_ptrs(tensors) -> tuple:
+    return tuple(map(_DATA_PTR, tensors))
+
+
+_DATA_PTR = operator.methodcaller("data_ptr")
+data_ptrs: Callable[[Any], tuple] = _python_data_ptrs  # the native one once loaded
+
+
+def status() -> tuple[str, str]:
+    """("idle" | "building" | "ready" | "failed" | "off", why it failed or is off)."""
+    return _state["status"], _state["error"]
+
+
+def start() -> Any:
+    """The native module if it is loaded (loading a built one now); otherwise start building
+    it in the background, once, and give None."""
+    if _state["module"] is not None or _state["status"] != "idle":
+        return _state["module"]
+    with _lock:
+        if _state["status"] != "idle":
+            return _state["module"]
+        enabled, folder = options.env_native()
+        why = "KILN_NATIVE=0" if not enabled else _unsupported()
+        if why:
+            _finish("off", why)
+            return None
+        try:
+            path = os.path.join(folder, f"kiln_native_{_key()}{_suffix()}")
+        except Exception as e:  # no compiler
+            _fail(str(e))
+            return None
+        if os.path.exists(path):
+            try:
+                _loaded(_load(path))
+            except Exception as e:  # a damaged file: build it again
+                _state["error"] = f"reloading {path} failed ({e})"
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass
+        if _state["module"] is not None:
+            return _state["module"]
+        _state["status"] = "building"
+        threading.Thread(target=_build_and_load, args=(path,), daemon=True).start()
+    logs.once(
+        "native:building",
+        "perf_hints",
+        "native checks: building kiln's native guard checks in the background (once per "
+        "machine, compiler, torch and Python; about 15 s); guards run in Python until then",
+    )
+    return None
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Build (if needed) and load the native module; True when it is loaded."""
+    start()
+    if _state["status"] == "building":
+        _done.wait(timeout)
+    return _state["module"] is not None
+
+
+def _unsupported() -> str:
+    if sys.platform != "linux":
+        return f"native checks are built on Linux only (this is {sys.platform})"
+    return ""
+
+
+def _build_and_load(path: str) -> None:
+    try:
+        t0 = time.perf_counter()
+        _build(path)
+        module = _load(path)
+        _state["seconds"] = time.perf_counter() - t0
+    except Exception as e:
+        with _lock:
+            _fail(str(e))
+        return
+    with _lock:
+        _loaded(module)
+
+
+def _fail(why: str) -> None:
+    _finish("failed", why)
+    logs.once(
+        "native:failed",
+        "perf_hints",
+        "native checks: could not build them, so guards stay in Python (slower calls on large "
+        f"models): {why[:2000]}",
+    )
+
+
+def _loaded(module: Any) -> None:
+    """Called with `_lock` held: publish the module and move waiting tables onto it."""
+    global data_ptrs
+    _state["module"] = module
+    data_ptrs = module.data_ptrs
+    for t in list(_waiting):
+        t._upgrade(module)
+    _waiting.clear()
+    _finish("ready", "")
+
+
+def _finish(status: str, error: str) -> None:
+    _state["status"], _state["error"] = status, error
+    _done.set()
+
+
+def _torch_dirs() -> tuple[list[str], str]:
+    root = os.path.dirname(torch.__file__)
+    include = os.path.join(root, "include")
+    py_include = sysconfig.get_paths()["include"]
+    return [include, os.path.join(include, "torch", "csrc", "api", "include"), py_include], (
+        os.path.join(root, "lib")
+    )
+
+
+def _command(std: str, out: str) -> list[str]:
+    from .cpp_builder import find_compiler
+
+    compiler, _ = find_compiler()
+    includes, lib = _torch_dirs()
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    return [
+        compiler,
+        "-O2",
+        "-shared",
+        "-fPIC",
+        f"-std={std}",
+        "-w",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        *(f"-I{d}" for d in includes),
+        SOURCE,
+        "-o",
+        out,
+        f"-L{lib}",
+        "-ltorch_python",
+        "-ltorch_cpu",
+        "-lc10",
+        f"-Wl,-rpath,{lib}",
+    ]
+
+
+def _key() -> str:
+    from .cpp_builder import find_compiler
+
+    with open(SOURCE, "rb") as f:
+        source = f.read()
+    parts = [*find_compiler(), torch.__version__, torch.__file__, sys.version, _suffix()]
+    return hashlib.sha256(source + "\0".join(parts).encode()).hexdigest()[:20]
+
+
+def _suffix() -> str:
+    return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+
+
+def _build(path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    errors = []
+    for std in ("c++20", "c++17"):  # newer torch headers want C++20; older compilers lack it
+        proc = subprocess.run(_command(std, tmp), capture_output=True, text=True)
+        if proc.returncode == 0:
+            os.replace(tmp, path)  # atomic: another process never loads half a file
+            return
+        errors.append(f"-std={std}: {proc.stderr.strip()[-1500:]}")
+    raise RuntimeError("the C++ compile failed:\n" + "\n".join(errors))
+
+
+def _load(path: str) -> Any:
+    spec = importlib.util.spec_from_file_location("kiln_native", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str]) -> int:
+    """`kiln native`: build and load the native checks now; say where they are, or why not."""
+    t0 = time.perf_counter()
+    ok = wait()
+    status_, why = status()
+    if ok:
+        module = _state["module"]
+        print(
+            f"kiln native checks: {status_}, {module.__file__} ({time.perf_counter() - t0:.1f} s)"
+        )
+        return 0
+    print(f"kiln native checks: {status_}: {why}", file=sys.stderr)
+    return 0 if status_ == "off" else 1

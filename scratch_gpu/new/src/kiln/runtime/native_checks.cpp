@@ -1,0 +1,238 @@
+// kiln's native checks: tables of held facts checked in one C++ call, and tensor addresses
+// read in one C++ call. Built and loaded by native.py, which also holds the Python versions
+// these must agree with exactly (a failed read is a failed check, never an error).
+//
+// Why: a large model's entry guards check every parameter and buffer on every call (ResNet-50:
+// 267 tensors, six Python attribute reads each, ~1 us a tensor); torch.compile checks the same
+// facts in C++. Here one call walks a table prepared once, reading the TensorImpl directly.
+#include <Python.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <exception>
+#include <vector>
+
+namespace {
+
+enum Kind { TENSORS, ITEMS, DICTS, EMPTY };
+
+struct TensorRow {
+  PyObject* obj;
+  PyTypeObject* type;
+  c10::ScalarType dtype;
+  c10::Device device;
+  std::vector<int64_t> sizes, strides;
+  bool requires_grad;
+};
+
+struct Table {
+  Kind kind;
+  std::vector<PyObject*> owned;  // strong references to everything below, released with it
+  std::vector<TensorRow> tensors;
+  std::vector<std::vector<PyObject*>> rows;  // ITEMS: dict, key, type, value; DICTS: obj, dict;
+                                             // EMPTY: dict
+  std::vector<PyObject*> names;  // EMPTY: the keys whose values must all be falsy
+  ~Table() {
+    for (PyObject* o : owned) Py_DECREF(o);
+  }
+  PyObject* own(PyObject* o) {
+    Py_INCREF(o);
+    owned.push_back(o);
+    return o;
+  }
+};
+
+PyObject* dict_name = nullptr;  // "__dict__", interned
+
+bool check_tensors(const Table& t) {
+  for (const TensorRow& r : t.tensors) {
+    if (Py_TYPE(r.obj) != r.type) return false;
+    const at::Tensor& x = THPVariable_Unpack(r.obj);
+    if (x.scalar_type() != r.dtype || x.device() != r.device) return false;
+    if (x.requires_grad() != r.requires_grad) return false;
+    if (!x.sizes().equals(r.sizes) || !x.strides().equals(r.strides)) return false;
+  }
+  return true;
+}
+
+bool check_items(const Table& t) {  // type(d[k]) is T and d[k] == v
+  for (const auto& r : t.rows) {
+    PyObject* v = PyDict_GetItemWithError(r[0], r[1]);
+    if (v == nullptr || (PyObject*)Py_TYPE(v) != r[2]) return false;
+    Py_INCREF(v);
+    int eq = PyObject_RichCompareBool(v, r[3], Py_EQ);
+    Py_DECREF(v);
+    if (eq != 1) return false;
+  }
+  return true;
+}
+
+bool check_dicts(const Table& t) {  // obj.__dict__ is d
+  for (const auto& r : t.rows) {
+    PyObject* d = PyObject_GetAttr(r[0], dict_name);
+    if (d == nullptr) return false;
+    Py_DECREF(d);  // `r[1]` holds the dictionary, so comparing the address after is sound
+    if (d != r[1]) return false;
+  }
+  return true;
+}
+
+bool check_empty(const Table& t) {  // not (d[n0] or d[n1] or ...)
+  for (const auto& r : t.rows) {
+    for (PyObject* name : t.names) {
+      PyObject* v = PyDict_GetItemWithError(r[0], name);
+      if (v == nullptr || PyObject_IsTrue(v) != 0) return false;
+    }
+  }
+  return true;
+}
+
+void destroy(PyObject* capsule) {
+  delete static_cast<Table*>(PyCapsule_GetPointer(capsule, "kiln.table"));
+}
+
+PyObject* check(PyObject* capsule, PyObject*) {
+  const Table* t = static_cast<Table*>(PyCapsule_GetPointer(capsule, "kiln.table"));
+  bool ok = false;
+  try {
+    switch (t->kind) {
+      case TENSORS: ok = check_tensors(*t); break;
+      case ITEMS: ok = check_items(*t); break;
+      case DICTS: ok = check_dicts(*t); break;
+      case EMPTY: ok = check_empty(*t); break;
+    }
+  } catch (const std::exception&) {
+    ok = false;  // a tensor whose sizes or strides cannot be read (as in Python: a miss)
+  }
+  if (PyErr_Occurred()) PyErr_Clear();  // a failed lookup or comparison is a miss
+  if (ok) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+}
+
+PyMethodDef check_def = {"check", check, METH_NOARGS, "True when every row of the table holds."};
+
+std::vector<int64_t> ints(PyObject* seq) {
+  std::vector<int64_t> out;
+  Py_ssize_t n = PyTuple_GET_SIZE(seq);
+  for (Py_ssize_t i = 0; i < n; ++i) out.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i)));
+  return out;
+}
+
+bool tuple_of(PyObject* row, Py_ssize_t n) { return PyTuple_Check(row) && PyTuple_GET_SIZE(row) == n; }
+
+// prepare(kind, rows, names) -> a callable taking no arguments that checks the table.
+// Rows are validated here, so `check` trusts their shapes.
+PyObject* prepare(PyObject*, PyObject* args) {
+  const char* kind;
+  PyObject *rows, *names;
+  if (!PyArg_ParseTuple(args, "sO!O!", &kind, &PyTuple_Type, &rows, &PyTuple_Type, &names))
+    return nullptr;
+  auto* t = new Table();
+  std::string k(kind);
+  Py_ssize_t n = PyTuple_GET_SIZE(rows);
+  const char* bad = nullptr;
+  if (k == "tensors") {
+    t->kind = TENSORS;  // (tensor, type, dtype, device, sizes, strides, requires_grad)
+    for (Py_ssize_t i = 0; i < n && !bad; ++i) {
+      PyObject* r = PyTuple_GET_ITEM(rows, i);
+      if (!tuple_of(r, 7) || !THPVariable_CheckExact(PyTuple_GET_ITEM(r, 0)) ||
+          !PyType_Check(PyTuple_GET_ITEM(r, 1)) || !THPDtype_Check(PyTuple_GET_ITEM(r, 2)) ||
+          !THPDevice_Check(PyTuple_GET_ITEM(r, 3)) || !PyTuple_Check(PyTuple_GET_ITEM(r, 4)) ||
+          !PyTuple_Check(PyTuple_GET_ITEM(r, 5)) || !PyBool_Check(PyTuple_GET_ITEM(r, 6))) {
+        bad = "a tensor row is (tensor, type, dtype, device, sizes, strides, requires_grad)";
+        break;
+      }
+      TensorRow row{t->own(PyTuple_GET_ITEM(r, 0)),
+                    (PyTypeObject*)t->own(PyTuple_GET_ITEM(r, 1)),
+                    ((THPDtype*)PyTuple_GET_ITEM(r, 2))->scalar_type,
+                    ((THPDevice*)PyTuple_GET_ITEM(r, 3))->device,
+                    ints(PyTuple_GET_ITEM(r, 4)),
+                    ints(PyTuple_GET_ITEM(r, 5)),
+                    PyTuple_GET_ITEM(r, 6) == Py_True};
+      t->tensors.push_back(std::move(row));
+    }
+  } else {
+    Py_ssize_t width, dict_at;
+    if (k == "items") {
+      t->kind = ITEMS, width = 4, dict_at = 0;
+    } else if (k == "dicts") {
+      t->kind = DICTS, width = 2, dict_at = 1;
+    } else if (k == "empty") {
+      t->kind = EMPTY, width = 2, dict_at = 1;
+    } else {
+      delete t;
+      return PyErr_Format(PyExc_ValueError, "unknown table kind %s", kind);
+    }
+    for (Py_ssize_t i = 0; i < n && !bad; ++i) {
+      PyObject* r = PyTuple_GET_ITEM(rows, i);
+      if (!tuple_of(r, width) || !PyDict_CheckExact(PyTuple_GET_ITEM(r, dict_at))) {
+        bad = "a row has the wrong width, or no plain dict where one belongs";
+        break;
+      }
+      std::vector<PyObject*> row;
+      for (Py_ssize_t j = 0; j < width; ++j) row.push_back(t->own(PyTuple_GET_ITEM(r, j)));
+      if (t->kind == EMPTY) row = {row[1]};
+      t->rows.push_back(std::move(row));
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); ++i)
+      t->names.push_back(t->own(PyTuple_GET_ITEM(names, i)));
+  }
+  if (bad || PyErr_Occurred()) {
+    delete t;
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, bad);
+    return nullptr;
+  }
+  PyObject* capsule = PyCapsule_New(t, "kiln.table", destroy);
+  if (capsule == nullptr) {
+    delete t;
+    return nullptr;
+  }
+  PyObject* fn = PyCFunction_New(&check_def, capsule);
+  Py_DECREF(capsule);
+  return fn;
+}
+
+// data_ptrs(seq) -> tuple of each item's data_ptr(), read in C++ for a Tensor or Parameter
+// and called through Python for anything else (so a non-tensor raises what Python raises).
+PyObject* data_ptrs(PyObject*, PyObject* seq) {
+  PyObject* fast = PySequence_Fast(seq, "data_ptrs takes a sequence of tensors");
+  if (fast == nullptr) return nullptr;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  PyObject* out = PyTuple_New(n);
+  for (Py_ssize_t i = 0; out != nullptr && i < n; ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(fast, i);
+    PyObject* ptr = nullptr;
+    if (THPVariable_CheckExact(item)) {  // a Tensor or Parameter
+      try {
+        ptr = PyLong_FromVoidPtr(THPVariable_Unpack(item).data_ptr());
+      } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+      }
+    } else {  // anything else answers as in Python (a subclass may override data_ptr)
+      ptr = PyObject_CallMethod(item, "data_ptr", nullptr);
+    }
+    if (ptr == nullptr) {
+      Py_CLEAR(out);
+      break;
+    }
+    PyTuple_SET_ITEM(out, i, ptr);
+  }
+  Py_DECREF(fast);
+  return out;
+}
+
+PyMethodDef methods[] = {
+    {"prepare", prepare, METH_VARARGS, "prepare(kind, rows, names) -> check()"},
+    {"data_ptrs", data_ptrs, METH_O, "data_ptrs(tensors) -> tuple of addresses"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "kiln_native", nullptr, -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit_kiln_native(void) {
+  dict_name = PyUnicode_InternFromString("__dict__");
+  if (dict_name == nullptr) return nullptr;
+  return PyModule_Create(&module_def);
+}

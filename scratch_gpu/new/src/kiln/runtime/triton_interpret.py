@@ -1,0 +1,97 @@
+"""A NumPy stand-in for Triton's `libdevice`, so generated kernels run under `TRITON_INTERPRET=1`.
+
+Takes nothing; gives `libdevice`, a namespace with the libdevice functions kiln's Triton ops
+table uses (`expm1`, `atan2`, `lgamma`, `nearbyint`, ...). Each applies the NumPy (or `math`)
+function to the interpreter's block data and wraps the result as a Triton tensor of the
+argument's element type, broadcasting as Triton would.
+
+Why it exists: Triton's interpreter runs `tl.*` on NumPy but leaves `libdevice` calls (extern
+functions) unimplemented. The builder swaps this namespace in for the generated module's
+`libdevice` global only when interpreting, so the kernel source is the same one the GPU
+compiles; the CPU tests then check kiln's rendering, not a second spelling of it.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+
+
+def _tensor_parts():
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    return tl, TensorHandle
+
+
+def _apply(np_fn, *args):
+    tl, TensorHandle = _tensor_parts()
+    like = next(a for a in args if isinstance(a, tl.core.tensor))
+    datas = [a.handle.data if isinstance(a, tl.core.tensor) else a for a in args]
+    dtype = like.handle.data.dtype
+    with np.errstate(all="ignore"):
+        out = np.asarray(np_fn(*datas)).astype(dtype)
+    scalar = like.type.scalar
+    ty = tl.core.block_type(scalar, list(out.shape)) if out.shape else scalar
+    return tl.core.tensor(TensorHandle(out, scalar), ty)
+
+
+def _unary(np_fn):
+    return lambda x, **_: _apply(np_fn, x)
+
+
+def _binary(np_fn):
+    return lambda x, y, **_: _apply(np_fn, x, y)
+
+
+def _vectorized(fn):
+    return np.vectorize(fn, otypes=[np.float64])
+
+
+def _lgamma(v: float) -> float:
+    try:
+        return math.lgamma(v)
+    except (ValueError, OverflowError):  # poles at 0, -1, -2, ...
+        return math.inf
+
+
+def _signbit(x):
+    return np.signbit(x).astype(np.int32)
+
+
+libdevice = SimpleNamespace(
+    expm1=_unary(np.expm1),
+    log10=_unary(np.log10),
+    log1p=_unary(np.log1p),
+    tan=_unary(np.tan),
+    asin=_unary(np.arcsin),
+    acos=_unary(np.arccos),
+    atan=_unary(np.arctan),
+    sinh=_unary(np.sinh),
+    cosh=_unary(np.cosh),
+    tanh=_unary(np.tanh),
+    asinh=_unary(np.arcsinh),
+    acosh=_unary(np.arccosh),
+    atanh=_unary(np.arctanh),
+    erfc=_unary(_vectorized(math.erfc)),
+    lgamma=_unary(_vectorized(_lgamma)),
+    nearbyint=_unary(np.rint),
+    trunc=_unary(np.trunc),
+    signbit=_unary(_signbit),
+    fmod=_binary(np.fmod),
+    pow=_binary(np.power),
+    atan2=_binary(np.arctan2),
+    hypot=_binary(np.hypot),
+    copysign=_binary(np.copysign),
+)
+
+
+def is_interpreting() -> bool:
+    """Whether Triton runs kernels in its interpreter (`TRITON_INTERPRET=1`, read by Triton)."""
+    import triton
+
+    knobs = getattr(triton, "knobs", None)
+    runtime = getattr(knobs, "runtime", None)
+    return bool(getattr(runtime, "interpret", False))

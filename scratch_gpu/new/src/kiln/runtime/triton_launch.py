@@ -1,0 +1,118 @@
+"""Fast Triton launches: call a compiled kernel's C launcher directly after its first launch.
+
+Takes a `@triton.jit` function; gives an object used exactly like it in the wrapper program —
+`kernel0[grid](buf0, arg0, XBLOCK=1024, num_warps=4)` — that launches with a fraction of the
+Python overhead. `JITFunction.run` binds arguments, computes a specialization key and looks up
+its cache on every launch (tens of microseconds); a graph of small kernels (a decode step: a
+hundred launches) spends more time there than on the GPU. Here the first launch of each grid
+goes through Triton as usual and keeps the `CompiledKernel` it returns; later launches call
+its C launcher (`CudaLauncher.launch`) with the current stream and the arguments' data
+pointers as integers. Given a tensor, that launcher calls `data_ptr()` itself and asks the
+driver what kind of pointer it is (`cuPointerGetAttribute`, about a microsecond per argument
+on the H200 host); the pointers are read here anyway, to check alignment, so each is read
+once. The wrapper program has already checked that every tensor is on the kernel's device.
+A kernel that needs scratch memory, or a Triton without these entry points, launches through
+`CompiledKernel.run` (the launcher's Python half, which allocates the scratch).
+
+A compiled kernel is specialized on which pointer arguments are 16-byte aligned; a later launch
+whose arguments differ there (a view at an odd offset) takes Triton's own path, which picks or
+compiles the matching variant. While a launch hook is set (profilers add them to
+`knobs.runtime.launch_enter_hook`), launches take Triton's path, so the hooks see every launch.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from operator import or_
+
+import torch
+
+_data_ptr = torch.Tensor.data_ptr
+_stream_of = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent in CPU builds
+
+
+def _aligned(args) -> tuple:
+    return tuple(a.data_ptr() % 16 == 0 if isinstance(a, torch.Tensor) else a for a in args)
+
+
+class _Launch:
+    __slots__ = ("jit", "grid", "compiled", "aligned", "consts", "device", "plain", "raw", "head")
+
+    def __init__(self, jit, grid: tuple) -> None:
+        self.jit, self.grid = jit, tuple(grid) + (1,) * (3 - len(grid))
+        self.compiled = self.raw = None
+
+    def __call__(self, *args, **kwargs):
+        raw = self.raw
+        if raw is not None and _no_hooks():
+            ptrs = tuple(map(_data_ptr, args))
+            if not reduce(or_, ptrs, 0) & 15:  # every pointer 16-byte aligned, as compiled
+                g0, g1, g2, function, coop, pdl, meta = self.head
+                raw(g0, g1, g2, _stream_of(self.device), function, coop, pdl, None, None, meta,
+                    None, None, None, *ptrs, *self.consts)  # fmt: skip
+                return
+        ck = self.compiled
+        if ck is not None and _no_hooks() and _aligned(args) == self.aligned:
+            g = self.grid
+            ck.run(g[0], g[1], g[2], _stream_of(self.device), ck.function, ck.packed_metadata,
+                   None, None, None, *args, *self.consts)  # fmt: skip
+            return
+        kernel = self.jit[self.grid](*args, **kwargs)
+        if ck is None and kernel is not None and hasattr(kernel, "packed_metadata"):
+            self._keep(kernel, args, kwargs)
+
+    def _keep(self, kernel, args, kwargs) -> None:
+        """After the first launch: what later launches need to skip Triton's Python."""
+        self.aligned = _aligned(args)
+        self.consts = tuple(v for k, v in kwargs.items() if k not in _OPTIONS)
+        self.device = torch.cuda.current_device()
+        launcher = kernel.run  # loads the launcher now, not inside a later capture
+        self.compiled = kernel
+        # every argument a tensor at a 16-byte aligned address: the common case, launched raw
+        plain = all(isinstance(a, torch.Tensor) for a in args) and all(self.aligned)
+        scratch = getattr(launcher, "global_scratch_size", 1) or getattr(
+            launcher, "profile_scratch_size", 1
+        )
+        raw = getattr(launcher, "launch", None)
+        if plain and not scratch and raw is not None:
+            coop = getattr(launcher, "launch_cooperative_grid", None)
+            pdl = getattr(launcher, "launch_pdl", None)
+            if coop is not None and pdl is not None:
+                g = self.grid
+                self.head = (g[0], g[1], g[2], kernel.function, coop, pdl, kernel.packed_metadata)
+                self.raw = raw
+
+
+_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def _no_hooks() -> bool:
+    """No launch hook is set (Triton keeps them as `HookChain`s, empty unless a profiler or
+    debugger added one)."""
+    runtime = _RUNTIME[0]
+    if runtime is None:  # imported on the first launch, not per launch
+        from triton import knobs
+
+        runtime = _RUNTIME[0] = knobs.runtime
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return not getattr(enter, "calls", enter) and not getattr(leave, "calls", leave)
+
+
+_RUNTIME: list = [None]  # triton.knobs.runtime
+
+
+class FastKernel:
+    """A `@triton.jit` function with cached launchers, one per grid (see module doc)."""
+
+    def __init__(self, jit) -> None:
+        self.jit = jit
+        self._launches: dict[tuple, _Launch] = {}
+
+    def __getitem__(self, grid) -> _Launch:
+        launch = self._launches.get(grid)
+        if launch is None:
+            launch = self._launches[grid] = _Launch(self.jit, grid)
+        return launch
+
+    def __getattr__(self, name):
+        return getattr(self.jit, name)

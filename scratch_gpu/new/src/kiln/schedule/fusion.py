@@ -1,0 +1,287 @@
+"""Fusion: group the computed nodes of a `LoopGraph` into kernels.
+
+Takes a `LoopGraph` after `realize.py` (every `Pointwise`/`Reduction` left needs computing);
+gives the ordered steps: `Kernel`s and `ExternCall`s.
+
+The model (the CPU one; a GPU renderer reads the same kernels): a kernel is a loop over `outer`
+rows, run in parallel, and inside each row a sequence of members. A `Reduction` member loops
+over the `inner` reduced elements of its row and yields one value; an inner `Pointwise` member
+loops over the `inner` elements of its row (its size splits into leading dims of product
+`outer` and trailing dims of product `inner`); an outer `Pointwise` member computes one value
+per row. So softmax — max, sum of exp, then the normalized row — is one kernel, one pass per
+member over each row, and layer norm likewise.
+
+A node joins a kernel only if every value it reads from a member of that kernel is one the
+same row computed: the same element (inner from inner), or the row's value (anything from a
+per-row member). Each refusal names its rule under `KILN_LOGS=schedule`; each fusion spends one
+unit of fuel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import sympy
+
+from .. import logs
+from ..lower.indexing import affine_coefficients, index_vars, is_affine, linearize, reduce_vars
+from ..lower.ir import Extern, ExternItem, Load, LoopGraph, Pointwise, Reduction, loads
+from .fuel import Fuel
+
+# A pointwise kernel of its own splits so that each row has at least this many elements.
+MIN_INNER = 256
+
+
+@dataclass(frozen=True)
+class Member:
+    """`name` placed in a kernel: `split` dims form the row index, the rest the inner loop;
+    `per_row` members compute one value per row."""
+
+    name: str
+    split: int
+    per_row: bool
+
+    def __str__(self) -> str:
+        return f"{self.name}({'row' if self.per_row else f'split={self.split}'})"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    outer: int
+    inner: int
+    members: tuple[Member, ...]
+    local: frozenset = frozenset()  # members whose values never leave the kernel
+
+    def __str__(self) -> str:
+        ms = ", ".join(str(m) for m in self.members)
+        loc = f" local={{{', '.join(sorted(self.local))}}}" if self.local else ""
+        return f"{self.name}: rows={self.outer} x inner={self.inner} [{ms}]{loc}"
+
+
+@dataclass(frozen=True)
+class ExternCall:
+    name: str
+
+    def __str__(self) -> str:
+        return f"extern {self.name}"
+
+
+def _coords(node, m: Member):
+    """(row vars, row sizes, inner vars, inner sizes) of a member, in its own loop variables."""
+    if isinstance(node, Reduction):
+        return (
+            index_vars(len(node.size)),
+            tuple(node.size),
+            reduce_vars(len(node.reduce_size)),
+            tuple(node.reduce_size),
+        )
+    vs, size = index_vars(len(node.size)), tuple(node.size)
+    if m.per_row:
+        return vs, size, (), ()
+    return vs[: m.split], size[: m.split], vs[m.split :], size[m.split :]
+
+
+def _splits(size) -> list[int]:
+    return list(range(len(size) + 1))
+
+
+def place(node, outer: int, inner: int) -> Member | None:
+    """Where `node` goes in a kernel of `outer` rows x `inner`, or None if it does not fit."""
+    if isinstance(node, Reduction):
+        ok = math.prod(node.size) == outer and math.prod(node.reduce_size) == inner
+        return Member(node.name, len(node.size), False) if ok else None
+    size = tuple(node.size)
+    for k in _splits(size):
+        if math.prod(size[:k]) == outer and math.prod(size[k:]) == inner:
+            return Member(node.name, k, False)
+    if math.prod(size) == outer:
+        return Member(node.name, len(size), True)
+    return None
+
+
+def _reads_ok(node, m: Member, kernel: Kernel, nodes: dict) -> str | None:
+    """None if every load of a kernel member by `node` reads a value of the same row."""
+    inside = {x.name: x for x in kernel.members}
+    rv, rs, iv, isz = _coords(node, m)
+    ones = {v for v, n in zip(rv + iv, rs + isz) if n == 1}  # loop variables that are always 0
+    for ld in loads(node.body):
+        src_m = inside.get(ld.buf)
+        if src_m is None:
+            continue
+        src = nodes[ld.buf]
+        srv, srs, siv, sis = _coords(src, src_m)
+        per_row_src = src_m.per_row or isinstance(src, Reduction)
+        if per_row_src:
+            if not _same_position(ld.index, srs, rv, rs, ones):
+                return f"reads {ld.buf}[{', '.join(map(str, ld.index))}], not its own row's value"
+        else:
+            if m.per_row and not isinstance(node, Reduction):
+                return f"computes one value per row but reads {ld.buf} element by element"
+            if not _same_position(ld.index, srs + sis, rv + iv, rs + isz, ones):
+                return f"reads {ld.buf} at another element than the one this row computes"
+    return None
+
+
+def _same_position(index, src_size, my_vars, my_size, ones: set) -> bool:
+    """Does `src[index]` (of `src_size`) name the element at loop position `my_vars` (of
+    `my_size`)? Dimensions of size 1 do not count: a decode step's [1, 1, 768] row and its
+    [1, 1] statistics are the same row however the kernel splits the ones."""
+    if len(index) != len(src_size):
+        return False
+    theirs = [(e, n) for e, n in zip(index, src_size) if n != 1]
+    mine = [(v, n) for v, n in zip(my_vars, my_size) if n != 1]
+    if theirs != mine:
+        return False
+    return all(e == 0 or e in ones for e, n in zip(index, src_size) if n == 1)
+
+
+def _try_join(node, kernel: Kernel, nodes: dict) -> tuple[Kernel | None, str]:
+    outer, inner = kernel.outer, kernel.inner
+    has_reduction = any(isinstance(nodes[x.name], Reduction) for x in kernel.members)
+    if isinstance(node, Reduction) and not has_reduction:
+        # A pointwise-only kernel may be re-split to the reduction's rows.
+        outer, inner = math.prod(node.size), math.prod(node.reduce_size)
+    members = []
+    for x in kernel.members:
+        p = place(nodes[x.name], outer, inner)
+        if p is None:
+            return None, f"{x.name} does not split into {outer} rows x {inner}"
+        members.append(p)
+    m = place(node, outer, inner)
+    if m is None:
+        return None, f"size does not split into the kernel's {outer} rows x {inner}"
+    if not has_reduction and not isinstance(node, Reduction):
+        why = _transposed_apart(node, kernel, nodes)
+        if why:
+            return None, why
+    trial = Kernel(kernel.name, outer, inner, tuple(members))
+    why = _reads_ok(node, m, trial, nodes)
+    if why:
+        return None, why
+    return Kernel(kernel.name, outer, inner, tuple(members) + (m,)), ""
+
+
+def _transposed_apart(node, kernel: Kernel, nodes: dict) -> str:
+    """Pointwise nodes of different shapes that share a kernel share one flat loop, so a read
+    that is transposed for one of them cannot be tiled (a GPU renderer tiles a kernel whose
+    members have one shape: `codegen/triton/heuristics.py`). Q, K-transposed and V of an
+    attention layer fused this way took 24 us against 15 us apart (BERT, H200). A reason when
+    joining would do that; "" otherwise."""
+    others = [nodes[x.name] for x in kernel.members]
+    if all(tuple(o.size) == tuple(node.size) for o in others):
+        return ""
+    for n in (node, *others):
+        buf = _transposed_read(n, nodes)
+        if buf:
+            shape = "the kernel's members" if n is node else f"{node.name}"
+            return (
+                f"{n.name} reads {buf} transposed: apart, its kernel can be tiled; sharing one "
+                f"with {shape} of another shape, it cannot"
+            )
+    return ""
+
+
+def _transposed_read(node, nodes: dict) -> str:
+    """A buffer `node` reads with its last dimension strided and an earlier one contiguous."""
+    size = [int(s) for s in node.size]
+    if len(size) < 2 or size[-1] < TRANSPOSE_MIN:
+        return ""
+    names = index_vars(len(size))
+    for ld in loads(node.body):
+        src = nodes.get(ld.buf)
+        if src is None or getattr(src, "layout", None) is None:
+            continue
+        pos = linearize(ld.index, src.layout.stride)
+        if sympy.sympify(pos).free_symbols - set(names) or not is_affine(pos, names):
+            continue
+        steps = affine_coefficients(pos, names)[0]
+        if steps[-1] in (0, 1):
+            continue
+        if any(steps[d] == 1 and size[d] >= TRANSPOSE_MIN for d in range(len(size) - 1)):
+            return ld.buf
+    return ""
+
+
+# a dimension shorter than this gains nothing from a tile (heuristics.TILE // 2)
+TRANSPOSE_MIN = 16
+
+
+def _new_kernel(node, name: str) -> Kernel:
+    if isinstance(node, Reduction):
+        outer, inner = math.prod(node.size), math.prod(node.reduce_size)
+        return Kernel(name, outer, inner, (Member(node.name, len(node.size), False),))
+    size = tuple(node.size)
+    k = len(size)
+    while k > 0 and math.prod(size[k:]) < MIN_INNER:
+        k -= 1
+    outer, inner = math.prod(size[:k]), math.prod(size[k:])
+    return Kernel(name, outer, inner, (Member(node.name, k, False),))
+
+
+def fuse(graph: LoopGraph, fuel: Fuel) -> tuple:
+    """The steps of `graph`: kernels (fused greedily, in graph order) and extern calls."""
+    nodes = graph.node_map()
+    steps: list = []
+    where: dict[str, int] = {}  # buffer name -> index of the step that computes it
+    for node in graph.nodes:
+        if isinstance(node, Extern):
+            steps.append(ExternCall(node.name))
+            where[node.name] = len(steps) - 1
+            continue
+        if isinstance(node, ExternItem):  # an output of a tuple-returning call: ready with it
+            where[node.name] = where[node.base]
+            continue
+        if not isinstance(node, (Pointwise, Reduction)):
+            continue
+        deps = [where[ld.buf] for ld in loads(node.body) if ld.buf in where]
+        first_ok = max(deps, default=-1)
+        joined = None
+        for pos in range(len(steps) - 1, max(first_ok, 0) - 1, -1):
+            step = steps[pos]
+            if pos < first_ok or not isinstance(step, Kernel):
+                continue
+            kernel, why = _try_join(node, step, nodes)
+            if kernel is not None and not fuel.take(f"fuse {node.name} into {step.name}"):
+                kernel, why = None, "out of fuel"
+            if kernel is None:
+                logs.log(
+                    "schedule",
+                    lambda s=step, w=why, n=node.name: f"{n} not fused into {s.name}: {w}",
+                )
+                if pos == first_ok or len(steps) - pos >= 3:
+                    break
+                continue
+            steps[pos] = joined = kernel
+            where[node.name] = pos
+            logs.log("schedule", lambda s=step, n=node.name: f"{n} fused into {s.name}")
+            break
+        if joined is None:
+            steps.append(_new_kernel(node, f"kernel{sum(isinstance(s, Kernel) for s in steps)}"))
+            where[node.name] = len(steps) - 1
+    return tuple(_mark_locals(steps, graph))
+
+
+def _mark_locals(steps, graph: LoopGraph):
+    from .realize import users
+
+    readers = users(graph)
+    nodes = graph.node_map()
+    out = []
+    for step in steps:
+        if isinstance(step, Kernel):
+            inside = {m.name for m in step.members}
+            local = frozenset(
+                m.name
+                for m in step.members
+                if (m.per_row or isinstance(nodes[m.name], Reduction))
+                and all(u in inside for u in readers[m.name])
+            )
+            step = Kernel(step.name, step.outer, step.inner, step.members, local)
+        out.append(step)
+    return out
+
+
+def kernel_loads(kernel: Kernel, nodes: dict) -> list[Load]:
+    return [ld for m in kernel.members for ld in loads(nodes[m.name].body)]

@@ -1,0 +1,199 @@
+"""Guard tables checked natively (capture/guard_tables.py, runtime/native.py): for every change
+to a held tensor, attribute constant, instance dictionary or hook dictionary, the C++ check and
+the table's Python loop give the same answer, and a compiled module sees the change, recompiles
+and matches eager, with the native module loaded and without it."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+
+from kiln.capture import guards as G
+from kiln.capture.sources import ConstSource, InstanceDictSource, Namer
+from kiln.runtime import native
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded():
+    assert native.wait(), f"the native checks did not build: {native.status()}"
+
+
+def _tables(guards: list[G.Guard]) -> list[native.Table]:
+    gs = G.GuardSet()
+    for g in guards:
+        gs.add(g)
+    namer = Namer()
+    gs.check_lines(namer)
+    return [v for v in namer.namespace.values() if isinstance(v, native.Table)]
+
+
+def _agree(table: native.Table) -> bool:
+    """Both checks of one table, which must agree; the answer."""
+    assert table.is_native
+    try:
+        slow = table.python()
+    except (KeyError, AttributeError):  # in the entry function, a miss
+        slow = False
+    fast = table.check()
+    assert fast is slow, (table.kind, fast, slow)
+    return fast
+
+
+def _tensor_table(tensors):
+    guards = [G.tensor_guard(ConstSource(t, f"t{i}"), t) for i, t in enumerate(tensors)]
+    (table,) = _tables(guards)
+    assert table.kind == "tensors"
+    return table
+
+
+TENSOR_CHANGES = {  # (parameter, buffer) -> change one of them in place
+    "data of another dtype": lambda p, b: setattr(p, "data", p.data.double()),
+    "data of another shape": lambda p, b: setattr(p, "data", torch.randn(5, 2)),
+    "requires_grad off": lambda p, b: p.requires_grad_(False),
+    "resize_": lambda p, b: b.resize_(20),
+    "transpose_ (strides)": lambda p, b: b.t_(),
+    "as_strided_": lambda p, b: b.as_strided_((3, 4), (1, 3)),
+    "unsqueeze_": lambda p, b: b.unsqueeze_(0),
+}
+
+
+@pytest.mark.parametrize("change", sorted(TENSOR_CHANGES))
+def test_tensor_table_sees_each_change(change):
+    torch.manual_seed(0)
+    p, buf = nn.Parameter(torch.randn(4, 5)), torch.randn(3, 4)
+    table = _tensor_table([p, buf, torch.randn(2, 2)])
+    assert _agree(table)
+    TENSOR_CHANGES[change](p, buf)
+    assert not _agree(table)
+
+
+def test_tensor_rows_compare_the_device():
+    t = torch.randn(2, 3)
+    facts = (type(t), t.dtype)
+    shape, stride = tuple(t.shape), t.stride()
+    here = native.table("tensors", ((t, *facts, t.device, shape, stride, False),), (), None)
+    meta = torch.device("meta")
+    elsewhere = native.table("tensors", ((t, *facts, meta, shape, stride, False),), (), None)
+    assert here.check() is True and elsewhere.check() is False
+
+
+def test_tensor_table_holds_across_value_and_storage_changes():
+    p = nn.Parameter(torch.randn(4, 5))
+    table = _tensor_table([p, torch.randn(3)])
+    with torch.no_grad():
+        p.mul_(2)
+    p.data = torch.randn(4, 5)  # new storage, same facts: the table holds (addresses are the
+    assert _agree(table)  # device graph's concern)
+
+
+def test_strided_and_buffer_rows():
+    base = torch.randn(6, 8)
+    view = base[:, ::2]
+    table = _tensor_table([view, torch.randn(3, 1).expand(3, 4)])
+    assert _agree(table)
+    base.t_()
+    assert _agree(table)  # the view is its own tensor
+
+
+def test_item_table_checks_type_and_value():
+    class Holder:
+        pass
+
+    h = Holder()
+    h.eps, h.momentum, h.name, h.flag = 1e-5, 0.1, "bn", True
+    d = h.__dict__
+    guards = [
+        G.constant_guard(InstanceDictSource(ConstSource(h, "h"), k), d[k])
+        for k in ("eps", "momentum", "name", "flag")
+    ]
+    (table,) = _tables(guards)
+    assert table.kind == "items" and _agree(table)
+    h.momentum = 0.1 + 0.0  # an equal value: holds
+    assert _agree(table)
+    h.flag = 1  # equal, but an int: the type differs
+    assert not _agree(table)
+    h.flag = True
+    h.eps = 1e-3
+    assert not _agree(table)
+    h.eps = 1e-5
+    del h.name
+    assert not _agree(table)
+
+
+def test_dict_and_hook_tables():
+    mods = [nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2)]
+    hook_names = ("_forward_pre_hooks", "_forward_hooks")
+    guards = [G.dict_guard(ConstSource(m, f"m{i}"), m.__dict__) for i, m in enumerate(mods)]
+    guards += [
+        G.no_hooks_guard(ConstSource(m, f"m{i}"), hook_names, m.__dict__)
+        for i, m in enumerate(mods)
+    ]
+    dicts, hooks = sorted(_tables(guards), key=lambda t: t.kind)
+    assert (dicts.kind, hooks.kind) == ("dicts", "empty")
+    assert _agree(dicts) and _agree(hooks)
+    handle = mods[2].register_forward_hook(lambda m, i, o: o)
+    assert not _agree(hooks)
+    handle.remove()
+    assert _agree(hooks)
+    mods[1].__dict__ = dict(mods[1].__dict__)  # the same contents in another dictionary
+    assert not _agree(dicts)
+
+
+def test_a_compiled_module_uses_native_tables():
+    from harness import CollectLogs, CountingBackend
+
+    import kiln
+
+    torch.manual_seed(0)
+    mod = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 4, 3)).eval()
+    backend = CountingBackend()
+    cm = kiln.compile(mod, backend=backend)
+    x = torch.randn(2, 3, 8, 8)
+    kiln.set_logs("bytecode")
+    try:
+        with CollectLogs("kiln.bytecode") as log, torch.no_grad():
+            torch.testing.assert_close(cm(x), mod(x))
+    finally:
+        kiln.set_logs()
+    entry = "\n".join(log.messages)
+    assert "rows of: type(___r_s) is ___r_t and ___r_s.dtype is ___r_d" in entry  # the tensors
+    assert entry.count(".check():") >= 3  # and the module dictionaries, hooks, constants
+    mod.half()  # `.data` of every parameter changes dtype: the tensor table must see it
+    xh = torch.randn(2, 3, 8, 8, dtype=torch.float16)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(xh), mod(xh))
+    assert len(backend.graphs) == 2
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import torch, torch.nn as nn, kiln
+    from kiln.runtime import native
+    torch.manual_seed(0)
+    mod = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 4)).eval()
+    cm = kiln.compile(mod, backend="eager")
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(x), mod(x))
+        mod[1].eps = 1e-2                    # an attribute constant
+        torch.testing.assert_close(cm(x), mod(x))
+        mod[0].weight.data = torch.randn(4, 4).t()   # strides of a held tensor
+        torch.testing.assert_close(cm(x), mod(x))
+        mod[2].register_forward_hook(lambda m, i, o: o * 2)   # a hook
+        torch.testing.assert_close(cm(x), mod(x))
+    print("status", native.status()[0])
+    """
+)
+
+
+def test_without_native_checks_the_same_changes_are_seen():
+    env = dict(os.environ, KILN_NATIVE="0")
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "status off" in out.stdout

@@ -1,0 +1,56 @@
+"""Helpers for codegen tests: trace a function to ATen, compile it, compare with eager.
+
+`check(fn, *example_inputs)` traces `fn` with `make_fx`, compiles it with
+`kiln.codegen.compile_graph_strict`, then draws *fresh* random inputs of the same shapes,
+dtypes and strides and compares the compiled outputs with eager `fn` on them. It returns the
+`CompiledGraph` so a test can also assert on the generated code.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.utils._pytree as pytree
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln.codegen import compile_graph_strict
+
+
+def fresh_like(t: torch.Tensor) -> torch.Tensor:
+    """A new random tensor with `t`'s shape, dtype and strides (never zeros)."""
+    if t.dtype == torch.bool:
+        base = torch.rand(t.shape) > 0.5
+    elif t.dtype.is_floating_point:
+        base = torch.randn(t.shape, dtype=torch.float64).to(t.dtype)
+    else:
+        base = (
+            torch.randint(-9, 10, t.shape).to(t.dtype)
+            if t.dtype != torch.uint8
+            else (torch.randint(0, 20, t.shape).to(t.dtype))
+        )
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+    out.copy_(base)
+    return out
+
+
+def trace(fn, *inputs):
+    return make_fx(fn)(*inputs)
+
+
+def check(fn, *inputs, rtol=None, atol=None, fresh=True, options=None, inputs_fn=None):
+    gm = trace(fn, *inputs)
+    compiled = compile_graph_strict(gm, inputs, options=options)
+    runs = [inputs]
+    if fresh:
+        runs.append(tuple(inputs_fn() if inputs_fn else [fresh_like(x) for x in inputs]))
+    for args in runs:
+        expected = pytree.tree_leaves(fn(*args))
+        got = compiled(*args)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            if isinstance(e, torch.Tensor):
+                assert g.dtype == e.dtype, (g.dtype, e.dtype)
+                assert g.shape == e.shape, (g.shape, e.shape)
+                torch.testing.assert_close(g, e, rtol=rtol, atol=atol, equal_nan=True)
+            else:
+                assert g == e
+    return compiled

@@ -1,0 +1,29 @@
+"""Suite-wide test setup.
+
+Triton reads `TRITON_INTERPRET` when it is first imported (its own library functions are
+decorated then), and any test may import it first (torch.compile does, in interop and
+benchmark tests). So the interpreter switch is set here, before collection starts: a default
+run (`-m 'not gpu'`, what CI runs) executes generated Triton kernels on CPU tensors in Triton's
+interpreter; `pytest -m gpu ...` on the GPU machine compiles them for the GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def pytest_configure(config):
+    markexpr = config.getoption("markexpr", "") or ""
+    gpu_run = "gpu" in markexpr and "not gpu" not in markexpr
+    if not gpu_run:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_sessionstart(session):
+    """Build (once per machine) and load kiln's native guard checks before any test runs, so
+    that every compiled function in the suite checks its guard tables the same way. Without
+    this, tables made in the first ~15 s would run their Python loops and later ones the C++
+    (both are tested: tests/capture/test_guard_tables.py, tests/runtime/test_native.py)."""
+    from kiln.runtime import native
+
+    native.wait()

@@ -1,0 +1,115 @@
+"""kiln's native checks (runtime/native.py): they build and load; `data_ptrs` answers exactly as
+`Tensor.data_ptr()` does; bad rows are refused with a reason; tables made before the module
+loaded move onto it; and where it cannot be built, kiln says why once and runs correctly."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+
+from kiln.runtime import native
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded():
+    assert native.wait(), f"the native checks did not build: {native.status()}"
+
+
+class Sub(torch.Tensor):
+    def data_ptr(self):  # a subclass may answer differently: it is asked through Python
+        return 12345
+
+
+def test_data_ptrs_match_python():
+    base = torch.randn(10, 10)
+    items = [base, base[3:, 2:], nn.Parameter(torch.randn(3)), torch.empty(0), base.t()]
+    items.append(torch.randn(4).as_subclass(Sub))
+    assert native.data_ptrs is not native._python_data_ptrs
+    assert native.data_ptrs(items) == tuple(t.data_ptr() for t in items)
+    assert native.data_ptrs(tuple(items)) == native._python_data_ptrs(items)
+    assert native.data_ptrs(items)[-1] == 12345
+
+
+def test_data_ptrs_of_a_non_tensor_raises_as_python_does():
+    with pytest.raises(AttributeError):
+        native.data_ptrs([torch.randn(2), 3])
+    with pytest.raises(AttributeError):
+        native._python_data_ptrs([torch.randn(2), 3])
+
+
+def test_bad_rows_are_refused_with_a_reason():
+    module = native._state["module"]
+    with pytest.raises(ValueError, match="tensor row is"):
+        module.prepare("tensors", ((torch.randn(2), torch.Tensor),), ())
+    with pytest.raises(ValueError, match="plain dict"):
+        module.prepare("items", (([], "k", int, 1),), ())
+    with pytest.raises(ValueError, match="unknown table kind"):
+        module.prepare("sizes", (), ())
+
+
+def test_a_table_made_before_loading_moves_onto_the_module():
+    t = torch.randn(2, 3)
+    row = (t, torch.Tensor, t.dtype, t.device, (2, 3), (3, 1), False)
+    calls = []
+    table = native.Table("tensors", (row,), (), lambda: calls.append(1) or True)
+    assert table.check() and calls == [1] and not table.is_native
+    table._upgrade(native._state["module"])
+    assert table.is_native and table.check() is True and calls == [1]
+    t.unsqueeze_(0)
+    assert table.check() is False
+
+
+def test_a_table_whose_rows_do_not_fit_stays_in_python():
+    table = native.Table("tensors", (("not a tensor",),), (), lambda: True)
+    table._upgrade(native._state["module"])
+    assert not table.is_native and table.check() is True
+
+
+def test_the_cli_builds_and_says_where():
+    out = subprocess.run(
+        [sys.executable, "-m", "kiln", "native"], capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr
+    assert "ready" in out.stdout and "kiln_native_" in out.stdout
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import logging, torch, torch.nn as nn, kiln
+    from kiln.runtime import native
+    kiln.set_logs("perf_hints")
+    torch.manual_seed(0)
+    mod = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    cm = kiln.compile(mod, backend="eager")
+    x = torch.randn(3, 4)
+    for _ in range(3):
+        torch.testing.assert_close(cm(x), mod(x))
+    native.wait(600)
+    mod.double()
+    torch.testing.assert_close(cm(x.double()), mod(x.double()))
+    print("status", *native.status())
+    """
+)
+
+
+def test_without_a_compiler_kiln_says_why_and_runs(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path), KILN_NATIVE_DIR=str(tmp_path / "native"))
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "status failed" in out.stdout and "C++ compiler" in out.stdout
+    assert out.stderr.count("native checks: could not build them") == 1
+
+
+def test_native_off_runs_in_python():
+    env = dict(os.environ, KILN_NATIVE="0")
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "status off KILN_NATIVE=0" in out.stdout

@@ -1,0 +1,117 @@
+"""runtime/triton_launch.py on a real GPU: the raw launch path gives Triton's results, a
+misaligned view or a launch hook takes Triton's own path, and every call is right.
+
+    PYTHONPATH=src python3 -m pytest -m gpu tests/runtime/test_triton_launch.py
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    pytest.importorskip("triton")
+    from kiln.runtime.triton_interpret import is_interpreting
+
+    if is_interpreting():
+        pytest.skip("TRITON_INTERPRET is set; this test launches compiled kernels")
+
+
+def _axpy():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def axpy(x_ptr, y_ptr, out_ptr, n, XBLOCK: tl.constexpr):
+        offs = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask)
+        y = tl.load(y_ptr + offs, mask=mask)
+        tl.store(out_ptr + offs, 2.0 * x + y, mask=mask)
+
+    return axpy
+
+
+def _launch(kernel, x, y, out):
+    kernel[(4,)](x, y, out, 1000, XBLOCK=256, num_warps=4)
+
+
+def test_later_launches_are_raw_and_right():
+    from kiln.runtime.triton_launch import FastKernel
+
+    kernel = FastKernel(_axpy())
+    launch = kernel[(4,)]
+    for i in range(5):
+        x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+        out = torch.empty(1000, device="cuda")
+        _launch(kernel, x, y, out)
+        torch.testing.assert_close(out, 2 * x + y)
+        if i == 0:
+            assert launch.compiled is not None
+    # an integer argument (n) is not a tensor, so this kernel keeps the CompiledKernel path
+    assert launch.raw is None
+
+
+def _copy2():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def copy2(x_ptr, out_ptr, XBLOCK: tl.constexpr):
+        offs = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs) * 2.0)
+
+    return copy2
+
+
+def test_tensor_only_kernel_launches_raw_and_falls_back_for_misaligned_views():
+    from kiln.runtime.triton_launch import FastKernel
+
+    kernel = FastKernel(_copy2())
+    launch = kernel[(2,)]
+    base = torch.randn(1024 + 1, device="cuda")
+    for _ in range(3):
+        x = torch.randn(512, device="cuda")
+        out = torch.empty(512, device="cuda")
+        launch(x, out, XBLOCK=256, num_warps=4)
+        torch.testing.assert_close(out, x * 2)
+    assert launch.raw is not None, "an all-tensor, aligned kernel should launch raw"
+    x = base[1:513]  # 4-byte offset: not 16-byte aligned, another specialization
+    out = torch.empty(512, device="cuda")
+    launch(x, out, XBLOCK=256, num_warps=4)
+    torch.testing.assert_close(out, x * 2)
+    x = torch.randn(512, device="cuda")
+    launch(x, out, XBLOCK=256, num_warps=4)  # and back to the raw path
+    torch.testing.assert_close(out, x * 2)
+
+
+def test_launch_hooks_see_every_launch():
+    from triton import knobs
+
+    from kiln.runtime.triton_launch import FastKernel
+
+    kernel = FastKernel(_copy2())
+    launch = kernel[(2,)]
+    x, out = torch.randn(512, device="cuda"), torch.empty(512, device="cuda")
+    launch(x, out, XBLOCK=256, num_warps=4)
+    seen = []
+    hook = knobs.runtime.launch_enter_hook
+
+    def record(meta):
+        seen.append(meta)
+
+    hook.add(record)
+    try:
+        for _ in range(3):
+            launch(x, out, XBLOCK=256, num_warps=4)
+    finally:
+        hook.remove(record)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, x * 2)
+    assert len(seen) == 3
