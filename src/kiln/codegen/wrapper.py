@@ -126,8 +126,8 @@ def input_checks(
 ) -> list[str]:
     """Lines checking each input's shape and strides (and, `device`, that it is on the graph's
     device), copying a differently strided one into place; inputs in `checked` are left to
-    the caller's guards, with a comment saying how many; inputs in `host` stay where they are
-    (CPU tensors only extern calls read, see triton/wrapper.py)."""
+    the caller's guards, with a comment saying how many; inputs in `host` stay on whatever
+    device they come on (scalars only extern calls read, see triton/wrapper.py)."""
     n = sum(name in checked for name in inputs)
     lines = [f"    # {n} inputs' layouts are checked by capture's guards, not here"] if n else []
     for name in inputs:

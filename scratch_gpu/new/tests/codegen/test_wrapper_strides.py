@@ -67,3 +67,19 @@ def test_forward_wrapper_leaves_guarded_inputs_to_captures_guards():
     assert len(wrappers) == 2  # the transposed input recompiled
     assert all("2 inputs' layouts are checked by capture's guards" in m for m in wrappers)
     assert not any("arg0.stride()" in m for m in wrappers)
+
+
+def test_inputs_left_on_the_host_are_not_moved_to_the_device():
+    """`host` inputs (CPU tensors only extern calls read, in a GPU graph) keep their layout
+    check but not the device check, and are never copied to the device."""
+    from kiln.codegen.wrapper import input_checks
+    from kiln.lower.ir import Input, Layout
+
+    nodes = {
+        "arg0": Input("arg0", Layout((4, 4), (4, 1), torch.float32)),
+        "arg1": Input("arg1", Layout((), (), torch.int64)),
+    }
+    lines = input_checks(("arg0", "arg1"), nodes, device=True, host=frozenset({"arg1"}))
+    assert "arg0.get_device() != _device_index" in lines[0] and ", device)" in lines[0]
+    assert "get_device" not in lines[1] and ", device)" not in lines[1]
+    assert "arg1.shape != ()" in lines[1]

@@ -36,14 +36,19 @@ from ..wrapper import (
 from .renderer import TritonKernel
 
 
-def _read_by_kernels(sched: Schedule, kernels: dict[str, TritonKernel]) -> set[str]:
-    """Buffers some kernel reads, directly or through a view of them."""
+def _scalars_for_externs(sched: Schedule, kernels: dict[str, TritonKernel]) -> frozenset:
+    """Zero-dimensional inputs that no kernel reads: left on whatever device they come on,
+    since ATen's ops take a CPU scalar tensor beside GPU ones, as eager passes them. A
+    memory-efficient attention returns its random seed and offset as CPU scalars and its
+    backward takes them back; the device check copied them to the GPU on every call, and each
+    copy waited for the GPU to drain (twelve times a nanoGPT training step). The fake tensors
+    the graph was compiled from place them on the GPU, so the wrapper cannot go by those."""
     nodes = sched.graph.node_map()
     read = {p for k in kernels.values() for p in k.params}
     for step in reversed(sched.steps):  # a view read by a kernel: its base is read too
         if isinstance(step, Alias) and step.name in read:
             read.add(nodes[step.name].base)
-    return read
+    return frozenset(n for n in sched.graph.inputs if not nodes[n].layout.size and n not in read)
 
 
 def _launch(kernel: TritonKernel, members: str) -> list[str]:
@@ -66,16 +71,12 @@ def _launch(kernel: TritonKernel, members: str) -> list[str]:
 
 
 def render_wrapper(
-    sched: Schedule, kernels: dict[str, TritonKernel], checked=frozenset(), on_cpu=frozenset()
+    sched: Schedule, kernels: dict[str, TritonKernel], checked=frozenset()
 ) -> WrapperProgram:
-    """`on_cpu`: inputs that were CPU tensors when the graph was compiled. Those that only
-    extern calls read stay on the CPU (a memory-efficient attention's backward takes its
-    forward's random seed and offset as CPU tensors: copied to the GPU on every call, each copy
-    waited for the GPU to drain, twelve times a nanoGPT training step)."""
     graph = sched.graph
     nodes = graph.node_map()
     lines = boxed_header(graph.inputs) + ["    device = _default_device"]
-    host = on_cpu - _read_by_kernels(sched, kernels)
+    host = _scalars_for_externs(sched, kernels)
     lines += input_checks(graph.inputs, nodes, checked, device=True, host=host)
     lines.append("    with _device_guard(device):")
     body: list[str] = []

@@ -121,10 +121,13 @@ def checked_input_names(gm, inputs) -> frozenset:
     return frozenset(inputs[k] for k in positions if k < len(inputs))
 
 
-def input_checks(inputs, nodes: dict, checked=frozenset(), device: bool = False) -> list[str]:
+def input_checks(
+    inputs, nodes: dict, checked=frozenset(), device: bool = False, host=frozenset()
+) -> list[str]:
     """Lines checking each input's shape and strides (and, `device`, that it is on the graph's
     device), copying a differently strided one into place; inputs in `checked` are left to
-    the caller's guards, with a comment saying how many."""
+    the caller's guards, with a comment saying how many; inputs in `host` stay where they are
+    (CPU tensors only extern calls read, see triton/wrapper.py)."""
     n = sum(name in checked for name in inputs)
     lines = [f"    # {n} inputs' layouts are checked by capture's guards, not here"] if n else []
     for name in inputs:
@@ -133,9 +136,10 @@ def input_checks(inputs, nodes: dict, checked=frozenset(), device: bool = False)
         lay = nodes[name].layout
         size, stride = _tuple(lay.size), _tuple(lay.stride)
         tests = [strides_differ(name, lay.size, lay.stride), f"{name}.shape != {size}"]
-        if device:
+        to_device = device and name not in host
+        if to_device:
             tests.append(f"{name}.get_device() != _device_index")
-        fix = f"_fix_input({name}, {name!r}, {size}, {stride}{', device' if device else ''})"
+        fix = f"_fix_input({name}, {name!r}, {size}, {stride}{', device' if to_device else ''})"
         lines.append(f"    if {' or '.join(t for t in tests if t)}: {name} = {fix}")
     return lines
 

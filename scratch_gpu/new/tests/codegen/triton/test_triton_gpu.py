@@ -234,3 +234,40 @@ def test_split_column_sums_on_the_gpu():
     args = (cuda(8192, 768), cuda(8192, 768), cuda(8192), cuda(8192).abs())
     c = check(fn, *args, scales=scales)
     assert "kernel0_sum[" in c.wrapper_source and "_part = _empty(" in c.wrapper_source
+
+
+def test_attention_training_step_never_waits_for_the_gpu():
+    """Memory-efficient attention returns its random seed and offset as CPU tensors and its
+    backward takes them back: the backward's wrapper leaves them on the CPU (a copy to the GPU
+    made every step wait for the GPU to drain). The whole step runs with no synchronization,
+    and its gradients match eager's."""
+    import kiln
+
+    class Attn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(64, 192)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).view(2, 128, 3, 4, 16).permute(2, 0, 3, 1, 4)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True).sum()
+
+    torch.manual_seed(0)
+    model = Attn().cuda()
+    compiled = kiln.compile(model)
+    x = cuda(2, 128, 64)
+    for _ in range(2):  # compile, then warm the allocator
+        model.zero_grad(set_to_none=True)
+        compiled(x).backward()
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        compiled(x).backward()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    model(x).backward()
+    for g, p in zip(got, model.parameters()):
+        torch.testing.assert_close(g, p.grad, atol=1e-4, rtol=1e-4)

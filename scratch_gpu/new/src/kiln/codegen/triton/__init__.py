@@ -81,13 +81,18 @@ def compile_graph_strict(
     emulate = options.get("triton.emulate_precision_casts") if options is not None else False
     module = render_module(sched, emulate_casts=emulate, interpret=is_interpreting())
     kernels = {k.name: k for k in module.kernels}
-    wrapper = render_wrapper(sched, kernels, checked_input_names(gm, graph.inputs))
+    device = _graph_device(example_inputs, graph)
+    on_cpu = frozenset(
+        name
+        for name, t in zip(graph.inputs, example_inputs)
+        if isinstance(t, torch.Tensor) and t.device.type == "cpu" and device.type != "cpu"
+    )
+    wrapper = render_wrapper(sched, kernels, checked_input_names(gm, graph.inputs), on_cpu)
     logs.log("output_code", lambda: f"Triton kernels:\n{module.source}\nwrapper:\n{wrapper.source}")
     summary = extern_summary(sched.graph)
     if summary:
         logs.log("perf_hints", f"extern calls in this graph: {summary}")
     loaded = load(module.source, _launches(module, sched.graph)) if module.kernels else None
-    device = _graph_device(example_inputs, graph)
     namespace = make_namespace(loaded, module, wrapper, graph.constants, device)
     exec(compile(wrapper.source, "<kiln triton wrapper>", "exec"), namespace)
     seconds = time.perf_counter() - start

@@ -36,6 +36,16 @@ from ..wrapper import (
 from .renderer import TritonKernel
 
 
+def _read_by_kernels(sched: Schedule, kernels: dict[str, TritonKernel]) -> set[str]:
+    """Buffers some kernel reads, directly or through a view of them."""
+    nodes = sched.graph.node_map()
+    read = {p for k in kernels.values() for p in k.params}
+    for step in reversed(sched.steps):  # a view read by a kernel: its base is read too
+        if isinstance(step, Alias) and step.name in read:
+            read.add(nodes[step.name].base)
+    return read
+
+
 def _launch(kernel: TritonKernel, members: str) -> list[str]:
     """The launch of `kernel`; a split reduction's also allocates its partials' scratch
     buffers, launches the kernel that adds them, and frees them (split.py)."""
@@ -56,12 +66,17 @@ def _launch(kernel: TritonKernel, members: str) -> list[str]:
 
 
 def render_wrapper(
-    sched: Schedule, kernels: dict[str, TritonKernel], checked=frozenset()
+    sched: Schedule, kernels: dict[str, TritonKernel], checked=frozenset(), on_cpu=frozenset()
 ) -> WrapperProgram:
+    """`on_cpu`: inputs that were CPU tensors when the graph was compiled. Those that only
+    extern calls read stay on the CPU (a memory-efficient attention's backward takes its
+    forward's random seed and offset as CPU tensors: copied to the GPU on every call, each copy
+    waited for the GPU to drain, twelve times a nanoGPT training step)."""
     graph = sched.graph
     nodes = graph.node_map()
     lines = boxed_header(graph.inputs) + ["    device = _default_device"]
-    lines += input_checks(graph.inputs, nodes, checked, device=True)
+    host = on_cpu - _read_by_kernels(sched, kernels)
+    lines += input_checks(graph.inputs, nodes, checked, device=True, host=host)
     lines.append("    with _device_guard(device):")
     body: list[str] = []
     kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
