@@ -117,20 +117,19 @@ def same_guard(source: Source, other: Source) -> Guard:
 def constant_guard(source: Source, value: Any) -> Guard:
     if isinstance(value, float) and math.isnan(value):
         return Guard(source, "CONST", "type({s}) is float and {s} != {s}", {}, "== nan")
+    native = None
+    identity = value is None or isinstance(value, (bool, torch.dtype))
     if source.row() is not None:  # one form for every value, so that they share a table
-        check = "type({s}) is {t} and {s} == {v}"
-        text = f"== {value!r:.60}"
-        return Guard(
-            source, "CONST", check, {"t": type(value), "v": value}, text, native=("items", ())
-        )
-    elif value is None or isinstance(value, (bool, torch.dtype)):
+        check, native, identity = "type({s}) is {t} and {s} == {v}", ("items", ()), False
+    elif identity:
         check = "{s} is {v}"
     elif type(value) in (int, str, float) and len(repr(value)) < 80:
         check = "type({s}) is " + type(value).__name__ + " and {s} == {v}"
     else:
         check = "type({s}) is {t} and {s} == {v}"
-    same = "is" if value is None or isinstance(value, (bool, torch.dtype)) else "=="
-    return Guard(source, "CONST", check, {"t": type(value), "v": value}, f"{same} {value!r:.60}")
+    held = {"t": type(value), "v": value}
+    text = f"{'is' if identity else '=='} {value!r:.60}"
+    return Guard(source, "CONST", check, held, text, native=native)
 
 
 def len_guard(source: Source, value: Any) -> Guard:
@@ -222,15 +221,8 @@ def dynamic_tensor_guard(source: Source, t: torch.Tensor, dims: set[int]) -> Gua
 
 def dict_guard(source: Source, d: dict) -> Guard:
     """`source` (a held object whose attributes are read from its `__dict__`) keeps `d`."""
-    return Guard(
-        source,
-        "DICT",
-        "{s}.__dict__ is {d}",
-        {"d": d},
-        "keeps its instance dictionary",
-        None,
-        ("dicts", ()),
-    )
+    text = "keeps its instance dictionary"
+    return Guard(source, "DICT", "{s}.__dict__ is {d}", {"d": d}, text, native=("dicts", ()))
 
 
 def no_hooks_guard(source: Source, names: tuple[str, ...], d: dict | None) -> Guard:
@@ -242,7 +234,7 @@ def no_hooks_guard(source: Source, names: tuple[str, ...], d: dict | None) -> Gu
         reads, held = [f"{{d}}[{h!r}]" for h in names], {"d": d}
     check = f"not ({' or '.join(reads)})"
     native = ("empty", names) if d is not None else None
-    return Guard(source, "HOOKS", check, held, "has no hooks", None, native)
+    return Guard(source, "HOOKS", check, held, "has no hooks", native=native)
 
 
 def not_in_guard(source: Source, name: str) -> Guard:

@@ -140,6 +140,15 @@ def affine_coefficients(expr: sympy.Expr, variables) -> tuple[list[int], int]:
     return coeffs, int(const)
 
 
+def memory_steps(index, strides, variables) -> list[int] | None:
+    """How far in memory an access at `index` (of a buffer with `strides`) moves per step of
+    each of `variables`; None when its position is not affine in them alone."""
+    pos = linearize(index, strides)
+    if sympy.sympify(pos).free_symbols - set(variables) or not is_affine(pos, variables):
+        return None
+    return affine_coefficients(pos, variables)[0]
+
+
 def linearize(index, strides) -> sympy.Expr:
     out = sympy.Integer(0)
     for i, s in zip(index, strides):

@@ -39,7 +39,7 @@ KINDS = ("tensors", "items", "dicts", "empty")
 
 _lock = threading.Lock()
 _done = threading.Event()
-_state: dict[str, Any] = {"status": "idle", "module": None, "error": "", "seconds": 0.0}
+_state: dict[str, Any] = {"status": "idle", "module": None, "error": ""}
 _waiting: weakref.WeakSet[Table] = weakref.WeakSet()
 
 
@@ -153,10 +153,8 @@ def _unsupported() -> str:
 
 def _build_and_load(path: str) -> None:
     try:
-        t0 = time.perf_counter()
         _build(path)
         module = _load(path)
-        _state["seconds"] = time.perf_counter() - t0
     except Exception as e:
         with _lock:
             _fail(str(e))

@@ -22,10 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import sympy
-
 from .. import logs
-from ..lower.indexing import affine_coefficients, index_vars, is_affine, linearize, reduce_vars
+from ..lower.indexing import index_vars, memory_steps, reduce_vars
 from ..lower.ir import Extern, ExternItem, Load, LoopGraph, Pointwise, Reduction, loads
 from .fuel import Fuel
 
@@ -173,38 +171,38 @@ def _transposed_apart(node, kernel: Kernel, nodes: dict) -> str:
     if all(tuple(o.size) == tuple(node.size) for o in others):
         return ""
     for n in (node, *others):
-        buf = _transposed_read(n, nodes)
-        if buf:
+        hit = transposed_read(n, nodes)
+        if hit:
             shape = "the kernel's members" if n is node else f"{node.name}"
             return (
-                f"{n.name} reads {buf} transposed: apart, its kernel can be tiled; sharing one "
-                f"with {shape} of another shape, it cannot"
+                f"{n.name} reads {hit[0]} transposed: apart, its kernel can be tiled; sharing "
+                f"one with {shape} of another shape, it cannot"
             )
     return ""
 
 
-def _transposed_read(node, nodes: dict) -> str:
-    """A buffer `node` reads with its last dimension strided and an earlier one contiguous."""
+def transposed_read(node, nodes: dict) -> tuple[str, int] | None:
+    """The first buffer `node` reads with its last dimension strided and an earlier one, `d`,
+    contiguous, as (buffer, the last such `d`); None if it reads none so. Dimensions shorter
+    than TRANSPOSE_MIN do not count. (The Triton renderer tiles such a kernel at `d + 1`.)"""
     size = [int(s) for s in node.size]
     if len(size) < 2 or size[-1] < TRANSPOSE_MIN:
-        return ""
+        return None
     names = index_vars(len(size))
     for ld in loads(node.body):
         src = nodes.get(ld.buf)
         if src is None or getattr(src, "layout", None) is None:
             continue
-        pos = linearize(ld.index, src.layout.stride)
-        if sympy.sympify(pos).free_symbols - set(names) or not is_affine(pos, names):
+        steps = memory_steps(ld.index, src.layout.stride, names)
+        if steps is None or steps[-1] in (0, 1):
             continue
-        steps = affine_coefficients(pos, names)[0]
-        if steps[-1] in (0, 1):
-            continue
-        if any(steps[d] == 1 and size[d] >= TRANSPOSE_MIN for d in range(len(size) - 1)):
-            return ld.buf
-    return ""
+        for d in range(len(size) - 2, -1, -1):
+            if steps[d] == 1 and size[d] >= TRANSPOSE_MIN:
+                return ld.buf, d
+    return None
 
 
-# a dimension shorter than this gains nothing from a tile (heuristics.TILE // 2)
+# a dimension shorter than this gains nothing from a tile of 32
 TRANSPOSE_MIN = 16
 
 

@@ -21,17 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sympy
-
-from ...lower.indexing import (
-    affine_coefficients,
-    index_vars,
-    is_affine,
-    linearize,
-    reduce_vars,
-)
+from ...lower.indexing import index_vars, memory_steps, reduce_vars
 from ...lower.ir import Pointwise, Reduction, loads
 from ...schedule import Kernel
+from ...schedule.fusion import transposed_read
 
 FLAT_XBLOCK = 1024
 PERSISTENT_MAX_RBLOCK = 4096  # a longer row is reduced in a loop
@@ -108,30 +101,17 @@ def _warps(elements: int) -> int:
 def _steps(ld, nodes: dict, names) -> list | None:
     """How far in memory load `ld` moves per step of each loop variable in `names`; None when
     its position is not affine in them alone."""
-    pos = linearize(ld.index, nodes[ld.buf].layout.stride)
-    if sympy.sympify(pos).free_symbols - set(names) or not is_affine(pos, names):
-        return None
-    return affine_coefficients(pos, names)[0]
+    return memory_steps(ld.index, nodes[ld.buf].layout.stride, names)
 
 
 def _tile_split(kernel: Kernel, nodes: dict) -> int:
     """A split point that makes a transposed read coalesced, or 0 (no tiling)."""
-    sizes = {tuple(nodes[m.name].size) for m in kernel.members}
-    if len(sizes) != 1:
+    if len({tuple(nodes[m.name].size) for m in kernel.members}) != 1:
         return 0
-    size = tuple(int(s) for s in next(iter(sizes)))
-    n = len(size)
-    if n < 2 or size[-1] < TILE // 2:
-        return 0
-    vs = index_vars(n)
     for m in kernel.members:
-        for ld in loads(nodes[m.name].body):
-            coeffs = _steps(ld, nodes, vs)
-            if coeffs is None or coeffs[-1] in (0, 1):
-                continue
-            for d in range(n - 2, -1, -1):
-                if coeffs[d] == 1 and size[d] >= TILE // 2:
-                    return d + 1
+        hit = transposed_read(nodes[m.name], nodes)
+        if hit:
+            return hit[1] + 1
     return 0
 
 

@@ -28,7 +28,14 @@ FINISH_ELEMENTS = 4096
 
 
 def partial_name(node_name: str) -> str:
-    return f"{node_name}_part"
+    return node_name + _PART
+
+
+def node_of_partial(name: str) -> str:
+    return name[: -len(_PART)]
+
+
+_PART = "_part"
 
 
 def store_partial(ctx, node, var: str) -> None:
@@ -60,7 +67,7 @@ def render_finish(kernel_name: str, workspaces: list, nodes: dict, p: Plan):
         lines.append(f"xmask = xindex < {p.xnumel}")
     params = []
     for i, (ws, _, _) in enumerate(workspaces):
-        node = nodes[ws[: -len("_part")]]
+        node = nodes[node_of_partial(ws)]
         params += [ws, node.name]
         size = tuple(node.size)
         pos = store_index(size, [(index_vars(len(size)), size, XINDEX)])

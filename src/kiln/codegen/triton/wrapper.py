@@ -36,19 +36,15 @@ from ..wrapper import (
 from .renderer import TritonKernel
 
 
-def _scalars_for_externs(sched: Schedule, kernels: dict[str, TritonKernel]) -> frozenset:
-    """Zero-dimensional inputs that no kernel reads: left on whatever device they come on,
-    since ATen's ops take a CPU scalar tensor beside GPU ones, as eager passes them. A
-    memory-efficient attention returns its random seed and offset as CPU scalars and its
-    backward takes them back; the device check copied them to the GPU on every call, and each
-    copy waited for the GPU to drain (twelve times a nanoGPT training step). The fake tensors
-    the graph was compiled from place them on the GPU, so the wrapper cannot go by those."""
-    nodes = sched.graph.node_map()
-    read = {p for k in kernels.values() for p in k.params}
-    for step in reversed(sched.steps):  # a view read by a kernel: its base is read too
-        if isinstance(step, Alias) and step.name in read:
-            read.add(nodes[step.name].base)
-    return frozenset(n for n in sched.graph.inputs if not nodes[n].layout.size and n not in read)
+def _scalars_for_externs(inputs, nodes: dict, read_by_kernel: set) -> frozenset:
+    """Zero-dimensional inputs that no kernel reads (`indexed_by_layout`): left on whatever
+    device they come on, since ATen's ops take a CPU scalar tensor beside GPU ones, as eager
+    passes them. A memory-efficient attention returns its random seed and offset as CPU scalars
+    and its backward takes them back; the device check copied them to the GPU on every call,
+    and each copy waited for the GPU to drain (twelve times a nanoGPT training step). The fake
+    tensors the graph was compiled from place them on the GPU, so the wrapper cannot go by
+    those."""
+    return frozenset(n for n in inputs if not nodes[n].layout.size and n not in read_by_kernel)
 
 
 def _launch(kernel: TritonKernel, members: str) -> list[str]:
@@ -75,13 +71,13 @@ def render_wrapper(
 ) -> WrapperProgram:
     graph = sched.graph
     nodes = graph.node_map()
+    read_by_kernel = indexed_by_layout(sched, nodes, (k.params for k in kernels.values()))
     lines = boxed_header(graph.inputs) + ["    device = _default_device"]
-    host = _scalars_for_externs(sched, kernels)
+    host = _scalars_for_externs(graph.inputs, nodes, read_by_kernel)
     lines += input_checks(graph.inputs, nodes, checked, device=True, host=host)
     lines.append("    with _device_guard(device):")
     body: list[str] = []
     kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
-    read_by_kernel = indexed_by_layout(sched, nodes, (k.params for k in kernels.values()))
     externs: dict = {}
     for step in sched.steps:
         if isinstance(step, Alloc):
