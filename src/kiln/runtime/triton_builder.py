@@ -10,8 +10,10 @@ launched with; gives the imported module, whose attributes are the `@triton.jit`
   and, within a process, the imported module (nothing is loaded twice).
 * Compiled binaries are cached on disk by Triton itself, keyed by content and device. When a
   graph has several kernels and a GPU is present, they are compiled ahead of the first launch
-  in parallel worker processes (`Kernel.warmup`, triton_workers.py), which fills that cache;
-  the launches in the parent then only load binaries. A worker failure is not an error: the
+  in parallel worker processes (triton_workers.py), which fill that cache: the parent asks
+  Triton how each launch will be specialized (`specializations`, no compiling) and the
+  workers compile exactly that, and build the kernels' C launchers, without importing torch.
+  The launches in the parent then only load binaries. A worker failure is not an error: the
   parent compiles that kernel itself at its first launch.
 * Under `TRITON_INTERPRET=1` nothing is compiled; the module's `libdevice` is replaced by the
   NumPy stand-in of runtime/triton_interpret.py.
@@ -26,6 +28,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -36,13 +39,17 @@ from . import triton_workers
 from .cache import open_cache
 from .triton_interpret import is_interpreting
 
-# Compile in workers only when there is enough to share out; a worker pool costs a process
-# start (import torch and Triton) the first time.
-PARALLEL_MIN_KERNELS = 3
+# Compile in workers when there is more than one kernel to share out (a worker is ready about
+# half a second after it starts, which overlaps lowering and scheduling).
+PARALLEL_MIN_KERNELS = 2
 MAX_WORKERS = 16  # a ResNet-50's 49 kernels kept 8 workers busy 4.7 s on the 16-CPU H200 host
 
 _loaded: dict[str, object] = {}
 STATS = {"loads": 0, "memory_hits": 0, "disk_hits": 0, "warmed": 0, "warm_seconds": 0.0}
+# the last parallel compile: seconds from the pool's start until the parent asked for kernels
+# and until the slowest worker was ready, the slowest kernel's
+# compile seconds, and all kernels' compile seconds added up (`benchmarks/compile_profile.py`)
+STATS.update(run_after_s=0.0, workers_ready_s=0.0, slowest_kernel_s=0.0, kernel_seconds=0.0)
 
 
 class TritonNotFound(RuntimeError):
@@ -96,7 +103,7 @@ def load(source: str, launches: dict | None = None, cache_dir: str | None = None
     module = _import(path, key)
     STATS["loads"] += 1
     if launches and not is_interpreting():
-        warm(path, launches)
+        warm(path, module, launches)
     _loaded[key] = module
     return module
 
@@ -111,22 +118,104 @@ def _workers() -> int:
     return max(1, min(MAX_WORKERS, cpus or 1))
 
 
+_prepared: threading.Thread | None = None
+
+
 def prestart() -> None:
     """Launch the compile workers now (a GPU graph is about to be compiled), so that their
-    start-up overlaps lowering and scheduling."""
+    start-up overlaps lowering and scheduling; and build Triton's driver in a thread of this
+    process (on a cold Triton cache, a gcc run), which the first launch would do otherwise."""
+    global _prepared
     if torch.cuda.is_available() and not is_interpreting():
-        triton_workers.start(_workers())
+        triton_workers.start(_workers(), _target())
+        if _prepared is None:
+            _prepared = threading.Thread(target=_prepare, daemon=True)
+            _prepared.start()
 
 
-def warm(path: str, launches: dict) -> None:
-    """Compile the kernels of `path` in worker processes (see module doc)."""
+def _prepare() -> None:
+    start = time.perf_counter()
+    try:
+        from triton.runtime.driver import driver
+
+        driver.active.get_current_target()
+    except Exception:  # the first launch meets it again and reports it
+        pass
+    STATS["prepare_s"] = time.perf_counter() - start
+
+
+def _hash_triton() -> None:
+    """Triton's hash of its own files, part of every cache key and computed once a process
+    (~0.5 s on the H200 host). Not in the thread above: it reads and hashes libtriton in a few
+    hundred chunks, each giving up the GIL and waiting up to a switch interval to get it back
+    while lowering runs (2.5 s in all for BERT). It runs while the workers compile."""
+    try:
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+    except Exception:  # the first launch meets it again and reports it
+        pass
+
+
+def _wait_prepared() -> None:
+    if _prepared is not None:
+        start = time.perf_counter()
+        _prepared.join()
+        STATS["prepare_wait_s"] = time.perf_counter() - start
+
+
+def _target() -> list | None:
+    """The current CUDA device as Triton names it (`GPUTarget`'s fields), or None (ROCm)."""
+    if torch.version.hip is not None:
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return ["cuda", major * 10 + minor, 32]
+
+
+def specializations(module, launches: dict) -> dict[str, str]:
+    """{kernel: the JSON Triton builds for that launch} — argument types, constexprs, alignment
+    attributes and options — got through `JITFunction.warmup` with a `jit_cache_hook` that
+    stops before compiling. A worker compiles exactly that (triton_worker_main.py). Kernels
+    Triton says nothing for are left out (they compile the fallback way)."""
+    import triton
+
+    ours = {getattr(module, name): name for name in launches}
+    seen: dict[str, str] = {}
+    runtime = triton.knobs.runtime
+    previous = runtime.jit_cache_hook
+
+    def hook(*, fn, compile, **kwargs):
+        name = ours.get(fn.jit_function)
+        if name is None:  # another thread's kernel: not ours to stop
+            return previous(fn=fn, compile=compile, **kwargs) if previous else None
+        seen[name] = compile["specialization_data"]
+        return True
+
+    runtime.jit_cache_hook = hook
+    try:
+        for name, (dts, grid, consts, warps) in launches.items():
+            try:
+                getattr(module, name).warmup(*dts, grid=tuple(grid), num_warps=warps, **consts)
+            except Exception:
+                seen.pop(name, None)
+    finally:
+        runtime.jit_cache_hook = previous
+    return seen
+
+
+def warm(path: str, module, launches: dict) -> None:
+    """Compile the kernels of `module` (imported from `path`) in worker processes (see module
+    doc)."""
     if len(launches) < PARALLEL_MIN_KERNELS or not torch.cuda.is_available():
         return
     start = time.perf_counter()
+    _wait_prepared()
+    specs = specializations(module, launches)
     jobs = [
         {
             "path": path,
             "kernel": name,
+            "specialization": specs.get(name),
             "dtypes": [str(d).replace("torch.", "") for d in dts],
             "grid": list(grid),
             "constexprs": consts,
@@ -135,7 +224,10 @@ def warm(path: str, launches: dict) -> None:
         for name, (dts, grid, consts, warps) in launches.items()
     ]
     try:
-        results = triton_workers.start(_workers()).run(jobs)
+        pool = triton_workers.start(_workers())
+        STATS["run_after_s"] = time.time() - pool.started
+        results = pool.run(jobs, meanwhile=_hash_triton)
+        _record(pool)
     except Exception as e:  # no workers at all: the parent compiles at first launch
         logs.log("perf_hints", f"no Triton compile workers ({e!r}); compiling inline")
         results = {}
@@ -148,6 +240,21 @@ def warm(path: str, launches: dict) -> None:
                 f"parallel Triton compile of {kernel} failed ({error}); compiling inline",
             )
     STATS["warm_seconds"] += time.perf_counter() - start
+
+
+def _record(pool) -> None:
+    seconds = pool.kernel_seconds.values()
+    STATS["workers_ready_s"] = max(pool.ready_after.values(), default=0.0)
+    STATS["slowest_kernel_s"] = max(seconds, default=0.0)
+    STATS["kernel_seconds"] = sum(seconds)
+    logs.log(
+        "perf_hints",
+        lambda: (
+            f"compiled {len(pool.kernel_seconds)} Triton kernels in {len(pool.procs)} "
+            f"workers: ready {STATS['workers_ready_s']:.2f} s after start, slowest kernel "
+            f"{STATS['slowest_kernel_s']:.2f} s, {STATS['kernel_seconds']:.2f} s in all"
+        ),
+    )
 
 
 def shutdown(wait: bool = True) -> None:

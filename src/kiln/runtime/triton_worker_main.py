@@ -1,21 +1,42 @@
 """A Triton compile worker: a standalone script that `triton_workers.py` starts as a process.
 
-Reads one JSON job per line on stdin — `{"path", "kernel", "dtypes", "grid", "constexprs",
-"num_warps"}` — imports the kernel module at `path`, compiles that kernel for the current device
-with `JITFunction.warmup` (which fills Triton's on-disk cache) and answers one JSON line on
-stdout: `{"kernel": ..., "ok": true}` or `{"kernel": ..., "ok": false, "error": "..."}`. It
-exits when stdin closes.
+`python triton_worker_main.py [TARGET]`, TARGET being the parent's GPU as JSON
+(`["cuda", 90, 32]`: backend, architecture, warp size). Reads one JSON job per line on stdin
+and answers one line per job on stdout: `{"kernel": ..., "ok": true, "seconds": ...}` or
+`{"kernel": ..., "ok": false, "error": "..."}`. Its first line, `{"ready": true, "at": ...}`,
+says when it can take jobs. It exits when stdin closes.
+
+A job names a kernel of a kernel-module file (`path`, `kernel`) and how the parent will launch
+it, in one of two forms:
+
+* `specialization`: the JSON Triton itself builds for a launch (argument types, constexprs,
+  alignment attributes, options; the parent gets it from `JITFunction.warmup` without
+  compiling, triton_builder.py). The worker compiles exactly that with `triton.compile` for
+  TARGET — the cache key is the one the parent's first launch looks up — and builds the
+  kernel's C launcher, which Triton would otherwise build in the parent at that launch. This
+  path never imports torch and never touches the GPU: the worker is ready in a fraction of a
+  second (importing torch took 3-4 s a worker on the 16-CPU H200 host, with the 16 starting
+  together, and each held a CUDA context).
+* `dtypes`, `grid`, `constexprs`, `num_warps`: the fallback when the parent could not get a
+  specialization; `JITFunction.warmup` compiles it for the current device, importing torch.
+
+Before it says it is ready, the worker pays Triton's once-a-process costs (hashing its own
+library for cache keys, loading the backend, asking ptxas its version), so that they are not
+paid by the first kernel, which the parent is waiting for.
 
 Why a script and not `multiprocessing`: a spawned multiprocessing child re-imports the parent's
 `__main__`, so a user script without an `if __name__ == "__main__":` guard would run again in
-every worker (model building, training, all of it). This file imports only torch, Triton and
-the kernel module; it never imports kiln or the user's code.
+every worker (model building, training, all of it). This file imports only Triton, the kernel
+module and (for fallback jobs) torch; it never imports kiln or the user's code.
 """
 
 import importlib.util
 import json
 import os
 import sys
+import time
+
+_TARGET = None  # triton.backends.compiler.GPUTarget of the parent's device, or None
 
 
 def _load(path: str):
@@ -29,31 +50,97 @@ def _load(path: str):
     return module
 
 
-def _compile(job: dict) -> None:
+def _prepare(target_json: str | None) -> None:
+    """Triton's once-a-process work, done before the first job arrives."""
+    global _TARGET
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
+
+    if not target_json:
+        return
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.cache import triton_key
+
+    target = GPUTarget(*json.loads(target_json))
+    make_backend(target).hash()  # loads the backend, runs `ptxas --version`
+    triton_key()  # hashes Triton's own files (~0.3 s): part of every cache key
+    import triton.compiler.code_generator  # noqa: F401
+
+    _TARGET = target
+
+
+def _unpack(data: dict, tl):
+    """`JITFunction.preload`'s reading of a specialization, without a driver."""
+    constexprs = {
+        tuple(k): tl.dtype(v)
+        if tl.dtype.is_dtype(v)
+        else tl.constexpr(v["constexpr"])
+        if isinstance(v, dict) and "constexpr" in v
+        else v
+        for k, v in zip(data["constant_keys"], data["constant_vals"])
+    }
+    attrs = dict(zip(map(tuple, data["attrs_keys"]), data["attrs_vals"]))
+    signature = {k: tuple(v) if isinstance(v, list) else v for k, v in data["signature"].items()}
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in data["options"].items()}
+    return signature, constexprs, attrs, options
+
+
+def _compile_specialized(fn, specialization: str) -> None:
+    import triton
+    import triton.language as tl
+    from triton.compiler import ASTSource, make_backend
+
+    data = json.loads(specialization)
+    signature, constexprs, attrs, options = _unpack(data, tl)
+    backend = make_backend(_TARGET)
+    options = backend.parse_options(options)
+    src = ASTSource(fn, signature, constexprs, attrs)
+    compiled = triton.compile(src, target=_TARGET, options=options.__dict__)
+    if _TARGET.backend == "cuda":
+        try:  # the C launcher the parent would compile at its first launch (a gcc run)
+            from triton.backends.nvidia.driver import CudaLauncher
+
+            CudaLauncher(src, compiled.metadata)
+        except Exception:  # the parent builds it then
+            pass
+
+
+def _compile_warmup(fn, job: dict) -> None:
     import torch
 
-    fn = getattr(_load(job["path"]), job["kernel"])
     dtypes = [getattr(torch, d) for d in job["dtypes"]]
     fn.warmup(*dtypes, grid=tuple(job["grid"]), num_warps=job["num_warps"], **job["constexprs"])
 
 
-def main() -> int:
-    import torch  # noqa: F401 - imported before the first job so that jobs start fast
-    import triton  # noqa: F401
+def _compile(job: dict) -> None:
+    fn = getattr(_load(job["path"]), job["kernel"])
+    if job.get("specialization") and _TARGET is not None:
+        _compile_specialized(fn, job["specialization"])
+    else:
+        _compile_warmup(fn, job)
 
-    print(json.dumps({"ready": True}), flush=True)
+
+def main(argv: list[str]) -> int:
+    try:
+        _prepare(argv[1] if len(argv) > 1 else None)
+    except Exception:  # jobs with a specialization then fall back to warmup
+        pass
+    print(json.dumps({"ready": True, "at": time.time()}), flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
         job = json.loads(line)
+        start = time.perf_counter()
         try:
             _compile(job)
             reply = {"kernel": job["kernel"], "ok": True}
         except Exception as e:  # reported to the parent, which compiles the kernel itself
             reply = {"kernel": job["kernel"], "ok": False, "error": f"{type(e).__name__}: {e}"}
+        reply["seconds"] = time.perf_counter() - start
         print(json.dumps(reply), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv))

@@ -1,15 +1,16 @@
 """The Triton compile workers: a pool of long-lived processes that compile kernels in parallel.
 
-Takes jobs (one kernel of a kernel-module file each: its name, argument dtypes, grid,
-constexprs and warps); gives, per job, whether the worker compiled it into Triton's on-disk
-cache. The parent's first launch of a compiled kernel then only loads the binary.
+Takes jobs (one kernel of a kernel-module file each, with Triton's specialization of its launch,
+or its argument dtypes, grid, constexprs and warps); gives, per job, whether the worker compiled
+it into Triton's on-disk cache. The parent's first launch of a compiled kernel then only loads
+the binary (and its C launcher, which the worker built too).
 
 Each worker is `python triton_worker_main.py` (a standalone script: never the user's `__main__`,
 never kiln), speaking one JSON line per job each way over pipes. Jobs go to whichever worker is
 free, so one slow kernel does not hold up the rest. `start()` launches the processes without
-waiting for them, so that their start-up (importing torch and Triton, about a second) overlaps
-lowering and scheduling; `run()` waits. A worker that dies fails its job, which the caller then
-compiles itself: a worker problem costs time, never correctness.
+waiting for them, so that their start-up (importing Triton and paying its once-a-process costs,
+about half a second) overlaps lowering and scheduling; `run()` waits. A worker that dies fails
+its job, which the caller then compiles itself: a worker problem costs time, never correctness.
 """
 
 from __future__ import annotations
@@ -21,17 +22,20 @@ import selectors
 import subprocess
 import sys
 import threading
+import time
 
 _SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_worker_main.py")
 
 
 class WorkerPool:
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, target: list | None = None) -> None:
+        self.target = target
+        argv = [sys.executable, _SCRIPT] + ([json.dumps(target)] if target else [])
         self.procs: list[subprocess.Popen] = []
         for _ in range(workers):
             self.procs.append(
                 subprocess.Popen(
-                    [sys.executable, _SCRIPT],
+                    argv,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
@@ -40,9 +44,15 @@ class WorkerPool:
                 )
             )
         self._ready: set[int] = set()
+        self.started = time.time()
+        # what the last `run` saw: seconds from the pool's start until each worker was ready,
+        # and each kernel's compile seconds in its worker (the builder logs them)
+        self.ready_after: dict[int, float] = {}
+        self.kernel_seconds: dict[str, float] = {}
 
-    def run(self, jobs: list[dict]) -> dict[str, str | None]:
-        """Run every job; {kernel: None if compiled, else the reason it was not}."""
+    def run(self, jobs: list[dict], meanwhile=None) -> dict[str, str | None]:
+        """Run every job; {kernel: None if compiled, else the reason it was not}. `meanwhile`:
+        a function to call once every job has been handed out, while the workers compile."""
         results: dict[str, str | None] = {}
         pending = list(reversed(jobs))
         sel = selectors.DefaultSelector()
@@ -66,12 +76,19 @@ class WorkerPool:
                 reply = json.loads(line)
                 if reply.get("ready"):
                     self._ready.add(i)
+                    self.ready_after[i] = reply.get("at", time.time()) - self.started
                 else:
                     job = busy[i]
                     results[job["kernel"]] = None if reply["ok"] else reply.get("error", "?")
+                    self.kernel_seconds[job["kernel"]] = reply.get("seconds", 0.0)
                     busy[i] = None
                 self._send(i, pending, busy)
+            if meanwhile is not None and not pending:
+                meanwhile, later = None, meanwhile
+                later()
         sel.close()
+        if meanwhile is not None:
+            meanwhile()
         for job in pending:
             results[job["kernel"]] = "no compile worker was left"
         return results
@@ -116,11 +133,13 @@ def _reap(procs: list[subprocess.Popen]) -> None:
 _pool: WorkerPool | None = None
 
 
-def start(workers: int) -> WorkerPool:
-    """The process-wide pool, launched on first use (the processes start in the background)."""
+def start(workers: int, target: list | None = None) -> WorkerPool:
+    """The process-wide pool, launched on first use (the processes start in the background).
+    `target`: the GPU the kernels are for (`[backend, arch, warp_size]`), which lets workers
+    compile without importing torch (triton_worker_main.py)."""
     global _pool
     if _pool is None:
-        _pool = WorkerPool(workers)
+        _pool = WorkerPool(workers, target)
         atexit.register(shutdown)
     return _pool
 

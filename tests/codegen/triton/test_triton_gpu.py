@@ -142,6 +142,36 @@ def test_parallel_compile_warms_kernels():
     assert triton_builder.STATS["warmed"] > before
 
 
+def test_first_launches_only_load_what_the_workers_compiled(tmp_path, monkeypatch):
+    """The workers compile each kernel for the launch Triton will make (its specialization)
+    and build its C launcher; the parent's first launches then find both in Triton's cache:
+    no kernel compiled and no gcc run in this process."""
+    import triton
+    import triton.runtime.build as build
+
+    from kiln.runtime import triton_builder
+
+    triton_builder.shutdown()  # new workers, which see the cache folder below
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    hits, builds = [], []
+    monkeypatch.setattr(
+        triton.knobs.compilation, "listener", lambda **kw: hits.append(kw["cache_hit"])
+    )
+    real_build = build._build
+    monkeypatch.setattr(
+        build, "_build", lambda *a, **kw: builds.append(a[0]) or real_build(*a, **kw)
+    )
+
+    def fn(x, y):
+        return torch.softmax(x * 3, -1), (y.t() - 2).contiguous(), x.sum(1) * y[0, 0]
+
+    before = triton_builder.STATS["warmed"]
+    c = check(fn, cuda(77, 211), cuda(61, 19))
+    assert triton_builder.STATS["warmed"] - before == kernel_count(c) >= 2
+    assert hits and all(hits), hits  # every launch found its binary
+    assert builds == []  # and its launcher
+
+
 def test_kiln_compile_module_on_cuda():
     import kiln
 

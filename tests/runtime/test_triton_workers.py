@@ -1,0 +1,108 @@
+"""The Triton compile workers on a machine without a GPU: a worker given its parent's GPU
+target compiles a kernel from Triton's specialization of a launch, for that target, without
+torch and without a device, and fills Triton's cache; a job it cannot do is reported, not fatal.
+
+(On the GPU, tests/codegen/triton/test_triton_gpu.py checks that the parent's first launches
+then only load what the workers compiled.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+from kiln.runtime import triton_workers  # noqa: E402
+
+KERNELS = textwrap.dedent(
+    """
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def scale(x, y, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y + i, tl.load(x + i, mask=i < n) * 2.5, mask=i < n)
+    """
+)
+TARGET = ["cuda", 90, 32]
+
+
+def _specialization(block: int) -> str:
+    """What the parent's `jit_cache_hook` receives for `scale[grid](x, y, n, BLOCK=block)`
+    with 16-byte-aligned float32 pointers."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import serialize_specialization_data
+
+    options = make_backend(GPUTarget(*TARGET)).parse_options({"num_warps": 4})
+    aligned = [["tt.divisibility", 16]]
+    return serialize_specialization_data(
+        "scale",
+        {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+        {(3,): block},
+        {(0,): aligned, (1,): aligned},
+        options,
+        "key",
+    )
+
+
+def _nvidia_backend_problem() -> str | None:
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import make_backend
+
+        make_backend(GPUTarget(*TARGET)).hash()  # finds ptxas and asks its version
+    except Exception as e:
+        return f"Triton's NVIDIA backend cannot compile here: {e!r}"
+    return None
+
+
+def test_worker_compiles_a_specialized_launch_without_torch_or_gpu(tmp_path, monkeypatch):
+    problem = _nvidia_backend_problem()
+    if problem:
+        pytest.skip(problem)
+    module = tmp_path / "kernels.py"
+    module.write_text(KERNELS)
+    cache = tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no device, even on a GPU machine
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the test session sets it
+    pool = triton_workers.WorkerPool(1, TARGET)
+    try:
+        job = {"path": str(module), "kernel": "scale", "specialization": _specialization(128)}
+        bad = dict(job, kernel="missing")  # not in the module: reported, the pool goes on
+        results = pool.run([job, bad])
+    finally:
+        pool.close()
+    assert results["scale"] is None, results
+    assert "missing" in results["missing"]
+    cubins = [f for _, _, files in os.walk(cache) for f in files if f.endswith(".cubin")]
+    assert cubins == ["scale.cubin"]
+    metadata = next(
+        json.loads(open(os.path.join(d, f)).read())
+        for d, _, files in os.walk(cache)
+        for f in files
+        if f == "scale.json"
+    )
+    assert metadata["target"]["arch"] == 90 and metadata["num_warps"] == 4
+
+
+def test_worker_without_torch():
+    """The worker script imports no torch for a specialized job (what makes it start fast)."""
+    script = os.path.join(os.path.dirname(triton_workers.__file__), "triton_worker_main.py")
+    probe = (
+        "import runpy, sys; sys.argv = ['w', '[\"cuda\", 90, 32]']; "
+        f"m = runpy.run_path({script!r}); m['_prepare'](sys.argv[1]); "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
