@@ -123,21 +123,59 @@ def to_sym(x) -> sympy.Expr:
 
 def is_affine(expr: sympy.Expr, variables) -> bool:
     """True if `expr` is a constant plus integer multiples of `variables` (no div/mod/min)."""
-    expr = sympy.expand(expr)
-    for term in sympy.Add.make_args(expr):
-        coeff, rest = term.as_coeff_Mul()
-        if rest == 1:
-            continue
-        if rest not in variables or not coeff.is_Integer:
-            return False
-    return True
+    return _affine_form(expr, tuple(variables)) is not None
 
 
 def affine_coefficients(expr: sympy.Expr, variables) -> tuple[list[int], int]:
+    """The integer multiple of each of `variables` in `expr`, and its constant (for an `expr`
+    that is not affine, of its terms that are)."""
+    variables = tuple(variables)
+    form = _affine_form(expr, variables)
+    if form is not None:
+        return list(form[0]), form[1]
     expr = sympy.expand(expr)
     coeffs = [int(expr.coeff(v)) for v in variables]
     const = expr.subs({v: 0 for v in variables})
     return coeffs, int(const)
+
+
+# The same index expressions come back for every layer of a deep model (same loop variables,
+# same sizes), and expanding them is most of what lowering and scheduling cost there.
+@functools.lru_cache(maxsize=1 << 16)
+def _affine_form(expr, variables: tuple) -> tuple[tuple[int, ...], int] | None:
+    """(coefficients, constant) of an affine `expr` in `variables`, or None."""
+    coeffs = dict.fromkeys(variables, 0)
+    const = 0
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        coeff, rest = term.as_coeff_Mul()
+        if rest == 1:
+            const += coeff
+        elif rest in coeffs and coeff.is_Integer:
+            coeffs[rest] += int(coeff)
+        else:
+            return None
+    return tuple(coeffs.values()), int(const)
+
+
+def clamp(expr, lo: int, hi: int, extents: dict):
+    """`expr` kept within [lo, hi]: `Max(Min(expr, hi), lo)` with only the sides it can cross
+    as its loop variables run over `extents` ({variable: extent}), built without sympy's
+    simplification (slow: a ResNet-50's max pooling spent 0.2-0.8 s in it, for nothing it
+    could simplify). An expression not affine in those variables keeps both sides."""
+    form = _affine_form(expr, tuple(extents))
+    if form is None:
+        low, high = lo - 1, hi + 1
+    else:
+        coeffs, const = form
+        spans = [c * (n - 1) for c, n in zip(coeffs, extents.values())]
+        low = const + sum(min(0, d) for d in spans)
+        high = const + sum(max(0, d) for d in spans)
+    out = to_sym(expr)
+    if high > hi:
+        out = sympy.Min(out, hi, evaluate=False)
+    if low < lo:
+        out = sympy.Max(out, lo, evaluate=False)
+    return out
 
 
 def memory_steps(index, strides, variables) -> list[int] | None:
@@ -150,6 +188,12 @@ def memory_steps(index, strides, variables) -> list[int] | None:
 
 
 def linearize(index, strides) -> sympy.Expr:
+    """The position `index` reads in a buffer of `strides` (memoized, as `_affine_form`)."""
+    return _linearize(tuple(index), tuple(strides))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _linearize(index: tuple, strides: tuple) -> sympy.Expr:
     out = sympy.Integer(0)
     for i, s in zip(index, strides):
         out = out + i * s

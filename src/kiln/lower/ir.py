@@ -15,6 +15,7 @@ carry no closures (STYLE.md item 2), so `str(graph)` is the whole program.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -135,7 +136,13 @@ Expr = Union[Load, Const, IndexValue, Op]
 
 def reindex(expr, sub: dict):
     """`expr` with its loop variables replaced by the expressions in `sub`."""
-    return map_indices(expr, lambda ix: ix.xreplace(sub))
+    key = tuple(sub.items())
+    return map_indices(expr, lambda ix: _xreplace(ix, key))
+
+
+@functools.lru_cache(maxsize=1 << 16)  # every layer of a deep model substitutes the same
+def _xreplace(ix, sub: tuple):
+    return ix.xreplace(dict(sub))
 
 
 def map_indices(expr, fn):

@@ -15,11 +15,10 @@ Why it exists: an `Extern` call can fuse with nothing and costs a launch; window
 
 from __future__ import annotations
 
-import sympy
 import torch
 
 from . import ops
-from .indexing import index_vars
+from .indexing import clamp, index_vars
 from .ir import compute_dtype
 from .registry import Unsupported, register_lowering
 from .views import _in_range  # lo <= index < hi, as a loop-IR condition
@@ -65,8 +64,8 @@ def _max_pool2d(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode
             iw = ow * sw - pw + j * dw
             valid = ops.op("logical_and", _in_range(ih, 0, height), _in_range(iw, 0, width))
             clamped = [
-                sympy.Max(sympy.Min(ih, height - 1), 0),
-                sympy.Max(sympy.Min(iw, width - 1), 0),
+                clamp(ih, 0, height - 1, {oh: size[-2]}),
+                clamp(iw, 0, width - 1, {ow: size[-1]}),
             ]
             v = ctx.load(x, lead + clamped, compute)
             pos = ops.IndexValue(ih * width + iw, torch.int64)

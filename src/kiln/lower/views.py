@@ -18,7 +18,7 @@ import sympy
 import torch
 
 from . import ops
-from .indexing import index_vars, reshape_indexer
+from .indexing import clamp, index_vars, reshape_indexer
 from .ir import BufRef, compute_dtype
 from .registry import Unsupported, register_lowering
 
@@ -151,7 +151,7 @@ def _cat(ctx, tensors, dim=0):
         if extent == 0:
             continue
         idx = list(vs)
-        idx[dim] = sympy.Max(sympy.Min(vs[dim] - offset, extent - 1), 0)
+        idx[dim] = clamp(vs[dim] - offset, 0, extent - 1, {vs[dim]: size[dim]})
         pieces.append((offset + extent, ctx.load(t, idx, compute)))
         offset += extent
     body = pieces[-1][1]
@@ -180,7 +180,7 @@ def _pad(ctx, x, pad, value=0):
     for k in range(len(pad) // 2):
         d = len(size) - 1 - k
         lo = pad[2 * k]
-        idx[d] = sympy.Max(sympy.Min(vs[d] - lo, own[d] - 1), 0)
+        idx[d] = clamp(vs[d] - lo, 0, own[d] - 1, {vs[d]: size[d]})
         cond = _in_range(vs[d], lo, lo + own[d])
         inside = cond if inside is None else ops.op("logical_and", inside, cond)
     compute = compute_dtype(out_dtype)
@@ -200,7 +200,7 @@ def _slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
     compute = compute_dtype(out_dtype)
     idx = list(vs)
     pos = vs[dim] - start
-    idx[dim] = sympy.Max(sympy.Min(pos, (extent - 1) * step), 0)
+    idx[dim] = clamp(pos, 0, (extent - 1) * step, {vs[dim]: size[dim]})
     if step != 1:
         from .indexing import FloorDiv, ModularIndexing
 
