@@ -28,7 +28,6 @@ import hashlib
 import importlib.util
 import os
 import sys
-import threading
 import time
 
 import torch
@@ -118,50 +117,24 @@ def _workers() -> int:
     return max(1, min(MAX_WORKERS, cpus or 1))
 
 
-_prepared: threading.Thread | None = None
-
-
 def prestart() -> None:
     """Launch the compile workers now (a GPU graph is about to be compiled), so that their
-    start-up overlaps lowering and scheduling; and build Triton's driver in a thread of this
-    process (on a cold Triton cache, a gcc run), which the first launch would do otherwise."""
-    global _prepared
+    start-up overlaps lowering and scheduling."""
     if torch.cuda.is_available() and not is_interpreting():
         triton_workers.start(_workers(), _target())
-        if _prepared is None:
-            _prepared = threading.Thread(target=_prepare, daemon=True)
-            _prepared.start()
-
-
-def _prepare() -> None:
-    start = time.perf_counter()
-    try:
-        from triton.runtime.driver import driver
-
-        driver.active.get_current_target()
-    except Exception:  # the first launch meets it again and reports it
-        pass
-    STATS["prepare_s"] = time.perf_counter() - start
 
 
 def _hash_triton() -> None:
     """Triton's hash of its own files, part of every cache key and computed once a process
-    (~0.5 s on the H200 host). Not in the thread above: it reads and hashes libtriton in a few
-    hundred chunks, each giving up the GIL and waiting up to a switch interval to get it back
-    while lowering runs (2.5 s in all for BERT). It runs while the workers compile."""
+    (~0.4 s on the H200 host), run while the workers compile. Not in a thread beside lowering:
+    it reads and hashes libtriton in a few hundred chunks, each giving up the GIL and waiting
+    up to a switch interval to get it back (2.5 s in all for BERT)."""
     try:
         from triton.runtime.cache import triton_key
 
         triton_key()
     except Exception:  # the first launch meets it again and reports it
         pass
-
-
-def _wait_prepared() -> None:
-    if _prepared is not None:
-        start = time.perf_counter()
-        _prepared.join()
-        STATS["prepare_wait_s"] = time.perf_counter() - start
 
 
 def _target() -> list | None:
@@ -209,7 +182,6 @@ def warm(path: str, module, launches: dict) -> None:
     if len(launches) < PARALLEL_MIN_KERNELS or not torch.cuda.is_available():
         return
     start = time.perf_counter()
-    _wait_prepared()
     specs = specializations(module, launches)
     jobs = [
         {

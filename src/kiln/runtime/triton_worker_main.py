@@ -1,7 +1,9 @@
 """A Triton compile worker: a standalone script that `triton_workers.py` starts as a process.
 
-`python triton_worker_main.py [TARGET]`, TARGET being the parent's GPU as JSON
-(`["cuda", 90, 32]`: backend, architecture, warp size). Reads one JSON job per line on stdin
+`python triton_worker_main.py [TARGET [driver]]`, TARGET being the parent's GPU as JSON
+(`["cuda", 90, 32]`: backend, architecture, warp size); `driver`: also build Triton's CUDA
+driver module into the cache (a gcc run the parent's first use of Triton's driver would make;
+one worker does it). Reads one JSON job per line on stdin
 and answers one line per job on stdout: `{"kernel": ..., "ok": true, "seconds": ...}` or
 `{"kernel": ..., "ok": false, "error": "..."}`. Its first line, `{"ready": true, "at": ...}`,
 says when it can take jobs. It exits when stdin closes.
@@ -50,7 +52,7 @@ def _load(path: str):
     return module
 
 
-def _prepare(target_json: str | None) -> None:
+def _prepare(target_json: str | None, build_driver: bool = False) -> None:
     """Triton's once-a-process work, done before the first job arrives."""
     global _TARGET
     import triton  # noqa: F401
@@ -68,6 +70,15 @@ def _prepare(target_json: str | None) -> None:
     import triton.compiler.code_generator  # noqa: F401
 
     _TARGET = target
+    if build_driver and target.backend == "cuda":
+        # A gcc run in the parent, a large process, also held up its main thread by up to a
+        # second (forking it); here it costs the parent nothing.
+        try:
+            from triton.backends.nvidia.driver import CudaUtils
+
+            CudaUtils()
+        except Exception:  # the parent builds it at its first launch
+            pass
 
 
 def _unpack(data: dict, tl):
@@ -123,7 +134,7 @@ def _compile(job: dict) -> None:
 
 def main(argv: list[str]) -> int:
     try:
-        _prepare(argv[1] if len(argv) > 1 else None)
+        _prepare(argv[1] if len(argv) > 1 else None, argv[2:3] == ["driver"])
     except Exception:  # jobs with a specialization then fall back to warmup
         pass
     print(json.dumps({"ready": True, "at": time.time()}), flush=True)

@@ -32,10 +32,10 @@ class WorkerPool:
         self.target = target
         argv = [sys.executable, _SCRIPT] + ([json.dumps(target)] if target else [])
         self.procs: list[subprocess.Popen] = []
-        for _ in range(workers):
+        for i in range(workers):
             self.procs.append(
                 subprocess.Popen(
-                    argv,
+                    argv + (["driver"] if target and i == 0 else []),
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
