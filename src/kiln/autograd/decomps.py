@@ -137,15 +137,45 @@ def _copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
     return out.clone()
 
 
-def _batch_norm_in_eval(op: torch._ops.OpOverload, training_arg: int) -> Callable:
-    """`op`'s torch decomposition when it normalises with running statistics (eval mode):
-    then it is pure pointwise math. In training it also updates the running statistics in
-    place; it stays whole there and functionalisation handles the update."""
-    torch_decomp = _TORCH_TABLE[op]
+def _eval_affine(x, weight, bias, mean, var, eps: float) -> torch.Tensor:
+    """Batch norm with running statistics as one multiply-add per element, `x * scale + shift`
+    with per-channel `scale = weight / sqrt(var + eps)` and `shift = bias - mean * scale`,
+    computed in float32 for half types and rounded once, as torch's decomposition does. Its
+    fourteen ops (torch's: twenty-one) cost a ResNet-50's trace 53 times."""
+    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    scale = torch.rsqrt(var.to(compute) + eps)
+    if weight is not None:
+        scale = scale * weight.to(compute)
+    shift = -mean.to(compute) * scale
+    if bias is not None:
+        shift = shift + bias.to(compute)
+    shape = [x.shape[1]] + [1] * (x.dim() - 2)
+    return (x * scale.view(shape) + shift.view(shape)).to(x.dtype)
+
+
+def _batch_norm_in_eval(op: torch._ops.OpOverload) -> Callable:
+    """`op` when it normalises with running statistics (eval mode): then it is pure pointwise
+    math (`_eval_affine`), with the empty saved statistics ATen's eval mode returns. In
+    training it also updates the running statistics in place; it stays whole there and
+    functionalisation handles the update."""
+
+    names = [a.name for a in op._schema.arguments]  # (input, weight, bias, running_mean,
+    # running_var, training, momentum, eps), by whatever names this overload gives them
 
     def decomp(*args, **kwargs):
-        training = args[training_arg] if len(args) > training_arg else kwargs.get("training")
-        return NotImplemented if training else torch_decomp(*args, **kwargs)
+        bound = {**dict(zip(names, args)), **kwargs}
+        x, weight, bias, mean, var, training = (bound.get(n) for n in names[:6])
+        if training or mean is None or var is None:
+            return NotImplemented
+        out = _eval_affine(x, weight, bias, mean, var, bound[names[7]])
+        if op == aten.cudnn_batch_norm.default:  # (out, save_mean, save_var, reserve)
+            return (
+                out,
+                weight.new_zeros((0,)),
+                weight.new_zeros((0,)),
+                x.new_zeros((0,), dtype=torch.uint8),
+            )
+        return out, x.new_zeros((0,)), x.new_zeros((0,))
 
     return decomp
 
@@ -153,7 +183,7 @@ def _batch_norm_in_eval(op: torch._ops.OpOverload, training_arg: int) -> Callabl
 for _op in (aten.native_batch_norm.default, aten.cudnn_batch_norm.default):
     if _op in _TORCH_TABLE:  # (input, weight, bias, running_mean, running_var, training, ...)
         register(_op, why="batch norm in eval mode: pointwise math fused with its neighbours")(
-            _batch_norm_in_eval(_op, 5)
+            _batch_norm_in_eval(_op)
         )
 
 

@@ -121,7 +121,8 @@ def prestart() -> None:
     """Launch the compile workers now (a GPU graph is about to be compiled), so that their
     start-up overlaps lowering and scheduling."""
     if torch.cuda.is_available() and not is_interpreting():
-        triton_workers.start(_workers(), _target())
+        if importlib.util.find_spec("triton") is not None:  # else: said when the graph compiles
+            triton_workers.start(_workers(), _target())
 
 
 def _hash_triton() -> None:
