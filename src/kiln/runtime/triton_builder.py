@@ -45,9 +45,9 @@ MAX_WORKERS = 16  # a ResNet-50's 49 kernels kept 8 workers busy 4.7 s on the 16
 
 _loaded: dict[str, object] = {}
 STATS = {"loads": 0, "memory_hits": 0, "disk_hits": 0, "warmed": 0, "warm_seconds": 0.0}
-# the last parallel compile: seconds from the pool's start until the parent asked for kernels
-# and until the slowest worker was ready, the slowest kernel's
-# compile seconds, and all kernels' compile seconds added up (`benchmarks/compile_profile.py`)
+# The last parallel compile (`benchmarks/compile_profile.py` prints them): seconds from the
+# pool's start until the parent handed out kernels and until the last worker was ready; the
+# slowest kernel's compile seconds, and all kernels' compile seconds added up.
 STATS.update(run_after_s=0.0, workers_ready_s=0.0, slowest_kernel_s=0.0, kernel_seconds=0.0)
 
 
@@ -150,9 +150,12 @@ def specializations(module, launches: dict) -> dict[str, str]:
     """{kernel: the JSON Triton builds for that launch} — argument types, constexprs, alignment
     attributes and options — got through `JITFunction.warmup` with a `jit_cache_hook` that
     stops before compiling. A worker compiles exactly that (triton_worker_main.py). Kernels
-    Triton says nothing for are left out (they compile the fallback way)."""
+    Triton says nothing for are left out (they compile the fallback way), all of them with a
+    Triton that has no such hook."""
     import triton
 
+    if getattr(getattr(triton, "knobs", None), "runtime", None) is None:
+        return {}
     ours = {getattr(module, name): name for name in launches}
     seen: dict[str, str] = {}
     runtime = triton.knobs.runtime
@@ -200,7 +203,7 @@ def warm(path: str, module, launches: dict) -> None:
     # would finish alone (a ResNet-50's 18 kernels on 16 workers)
     jobs.sort(key=lambda job: -len(getattr(getattr(module, job["kernel"]), "src", "")))
     try:
-        pool = triton_workers.start(_workers())
+        pool = triton_workers.start(_workers(), _target())
         STATS["run_after_s"] = time.time() - pool.started
         results = pool.run(jobs, meanwhile=_hash_triton)
         _record(pool)

@@ -3,10 +3,10 @@
 `python triton_worker_main.py [TARGET [driver]]`, TARGET being the parent's GPU as JSON
 (`["cuda", 90, 32]`: backend, architecture, warp size); `driver`: also build Triton's CUDA
 driver module into the cache (a gcc run the parent's first use of Triton's driver would make;
-one worker does it). Reads one JSON job per line on stdin
-and answers one line per job on stdout: `{"kernel": ..., "ok": true, "seconds": ...}` or
-`{"kernel": ..., "ok": false, "error": "..."}`. Its first line, `{"ready": true, "at": ...}`,
-says when it can take jobs. It exits when stdin closes.
+one worker does it). Reads one JSON job per line on stdin and answers one line per job on
+stdout: `{"kernel": ..., "ok": true, "seconds": ...}` or `{"kernel": ..., "ok": false,
+"error": "..."}`. Its first line, `{"ready": true, "at": ...}`, says when it can take jobs. It
+exits when stdin closes.
 
 A job names a kernel of a kernel-module file (`path`, `kernel`) and how the parent will launch
 it, in one of two forms:

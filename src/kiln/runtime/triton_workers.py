@@ -29,7 +29,6 @@ _SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_worke
 
 class WorkerPool:
     def __init__(self, workers: int, target: list | None = None) -> None:
-        self.target = target
         argv = [sys.executable, _SCRIPT] + ([json.dumps(target)] if target else [])
         self.procs: list[subprocess.Popen] = []
         for i in range(workers):
@@ -45,8 +44,8 @@ class WorkerPool:
             )
         self._ready: set[int] = set()
         self.started = time.time()
-        # what the last `run` saw: seconds from the pool's start until each worker was ready,
-        # and each kernel's compile seconds in its worker (the builder logs them)
+        # seconds from the pool's start until each worker was ready, and each kernel's compile
+        # seconds in its worker in the last `run` (the builder logs them)
         self.ready_after: dict[int, float] = {}
         self.kernel_seconds: dict[str, float] = {}
 
@@ -54,6 +53,7 @@ class WorkerPool:
         """Run every job; {kernel: None if compiled, else the reason it was not}. `meanwhile`:
         a function to call once every job has been handed out, while the workers compile."""
         results: dict[str, str | None] = {}
+        self.kernel_seconds = {}
         pending = list(reversed(jobs))
         sel = selectors.DefaultSelector()
         busy: dict[int, dict | None] = {}
