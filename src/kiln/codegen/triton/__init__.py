@@ -32,6 +32,7 @@ from ...runtime.triton_builder import TritonNotFound, load, prestart, require_tr
 from ...runtime.triton_interpret import is_interpreting
 from ...runtime.triton_launch import FastKernel
 from ...schedule import schedule
+from ..bias_add import unfuse_bias_adds
 from ..bindings import fast_externs
 from ..compiled import CompiledGraph
 from ..devices import eager_callable
@@ -72,6 +73,8 @@ def compile_graph_strict(
     start = time.perf_counter()
     prestart()
     functionalize_restrides(gm)
+    ensure_meta(gm, example_inputs)
+    unfuse_bias_adds(gm)
     pad_matmuls(gm, example_inputs)
     fuel = options.get("debug.fuel") if options is not None else None
     verify_ir = options.get("debug.verify_ir") if options is not None else False
