@@ -41,6 +41,37 @@ def test_data_ptrs_of_a_non_tensor_raises_as_python_does():
         native._python_data_ptrs([torch.randn(2), 3])
 
 
+def test_as_strided_is_torch_as_strided():
+    make = native.as_strided()
+    assert make is not torch.as_strided
+    base = torch.randn(6, 7)
+    for args in (((6, 7), (7, 1)), ((7, 6), (1, 7)), ((3, 2), (7, 2), 5), ((4, 7), (0, 1), 0)):
+        got, want = make(base, *args), torch.as_strided(base, *args)
+        assert (got.shape, got.stride(), got.storage_offset()) == (
+            want.shape,
+            want.stride(),
+            want.storage_offset(),
+        )
+        assert got._base is base and torch.equal(got, want)
+    view = base[2:]  # no offset given: the base's own, as torch's
+    assert make(view, (2, 2), (1, 1)).storage_offset() == view.storage_offset()
+    leaf = torch.randn(5, requires_grad=True)
+    out = make(leaf, (2,), (2,), 1)
+    out.sum().backward()
+    assert type(out.grad_fn).__name__ == "AsStridedBackward0"
+    assert leaf.grad.tolist() == [0.0, 1.0, 0.0, 1.0, 0.0]
+
+
+def test_as_strided_refuses_what_torch_refuses():
+    make = native.as_strided()
+    with pytest.raises(TypeError):
+        make([1, 2], (1,), (1,))
+    with pytest.raises(TypeError):
+        make(torch.randn(3), (1, "a"), (1, 1))
+    with pytest.raises(RuntimeError):
+        make(torch.randn(3), (2, 2), (1,))  # size and stride of different lengths
+
+
 def test_bad_rows_are_refused_with_a_reason():
     module = native._state["module"]
     with pytest.raises(ValueError, match="tensor row is"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime import native
 from ..schedule import Schedule
 from ..schedule.arena import new_block as _new_arena
 from .bindings import fast_externs
@@ -20,9 +21,6 @@ from .bindings import fast_externs
 
 def _empty(size, stride, dtype):
     return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
-
-
-_as_strided = torch.as_strided  # (base, size, stride[, offset]): the wrapper calls it directly
 
 
 def _fix_input(t: torch.Tensor, name: str, size, stride) -> torch.Tensor:
@@ -43,7 +41,7 @@ def make_namespace(lib, module, wrapper, constants: dict) -> dict:
     ns: dict = {
         "torch": torch,
         "_empty": _empty,
-        "_as_strided": _as_strided,
+        "_as_strided": native.as_strided(),
         "_fix_input": _fix_input,
         "_new_arena": _new_arena,
         "_arenas": [],  # this graph's arenas between calls (schedule/arena.py)

@@ -1,11 +1,12 @@
 """Native checks: guard tables and tensor addresses read in C++, built once per machine.
 
 Takes `native_checks.cpp`; gives `table(kind, rows, names, python_check)`, a `Table` whose
-`check()` says whether every row of held facts still holds, and `data_ptrs(tensors)`, the
-addresses of a sequence of tensors. Both exist in Python too and give the same answers; the C++
-versions are an order of magnitude faster on the tables a large model checks on every call
-(ResNet-50's entry checks 267 parameters and buffers, ~460 attribute constants and ~150
-modules; a device graph reads the address of every parameter). torch.compile runs its guards
+`check()` says whether every row of held facts still holds, `data_ptrs(tensors)`, the
+addresses of a sequence of tensors, and `as_strided()`, the view maker compiled wrappers call.
+All exist in Python too and give the same answers; the C++ versions are an order of magnitude
+faster on the tables a large model checks on every call (ResNet-50's entry checks 267
+parameters and buffers, ~460 attribute constants and ~150 modules; a device graph reads the
+address of every parameter). torch.compile runs its guards
 in C++; without this, kiln's call overhead on such models is several times torch.compile's.
 
 Built with the system C++ compiler against the installed torch's headers, on first use, in a
@@ -90,6 +91,14 @@ def _python_data_ptrs(tensors) -> tuple:
 
 _DATA_PTR = operator.methodcaller("data_ptr")
 data_ptrs: Callable[[Any], tuple] = _python_data_ptrs  # the native one once loaded
+
+
+def as_strided() -> Callable:
+    """`torch.as_strided`, or the native one (the same call without Python's argument parsing,
+    ~2 us less a view on the H200 host) once the module is loaded: compiled wrappers take it
+    when they are built."""
+    module = start()
+    return module.as_strided if module is not None else torch.as_strided
 
 
 def status() -> tuple[str, str]:

@@ -28,6 +28,7 @@ from ...lower.graph import ensure_meta
 from ...lower.ir import LoopGraph
 from ...lower.layouts import empty_with_layout
 from ...options import Options
+from ...runtime import native
 from ...runtime.triton_builder import TritonNotFound, load, prestart, require_triton
 from ...runtime.triton_interpret import is_interpreting
 from ...runtime.triton_launch import FastKernel
@@ -104,9 +105,6 @@ def _empty(size, stride, dtype, device):
     return torch.empty_strided(size, stride, dtype=dtype, device=device)
 
 
-_as_strided = torch.as_strided  # (base, size, stride[, offset]): the wrapper calls it directly
-
-
 def _fix_input(t: torch.Tensor, name: str, size, stride, device=None) -> torch.Tensor:
     """An input with other strides (or on another device) is copied into the compiled ones."""
     if tuple(t.shape) != tuple(size):
@@ -130,7 +128,7 @@ def make_namespace(loaded, module: TritonModule, wrapper, constants: dict, devic
     ns: dict = {
         "torch": torch,
         "_empty": _empty,
-        "_as_strided": _as_strided,
+        "_as_strided": native.as_strided(),
         "_fix_input": _fix_input,
         "_device_guard": _device_guard,
         "_default_device": device,
