@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from kiln.codegen.bias_add import unfuse_bias_adds
 
@@ -21,10 +23,21 @@ def _traced(fn, *inputs):
     return make_fx(fn, tracing_mode="fake")(*inputs)
 
 
+def _layouts(gm) -> dict:
+    return {
+        n.name: (tuple(v.shape), tuple(v.stride()), v.dtype)
+        for n in gm.graph.nodes
+        if n.op == "call_function" and isinstance(v := n.meta.get("val"), torch.Tensor)
+    }
+
+
 def _check(fn, inputs, expect_rewrites: int):
     gm = _traced(fn, *inputs)
     assert aten.addmm.default in _targets(gm)
     assert unfuse_bias_adds(gm) == expect_rewrites
+    kept = _layouts(gm)  # the rewrite's own `val`s: what propagating again gives
+    FakeTensorProp(gm, FakeTensorMode()).propagate(*inputs)
+    assert _layouts(gm) == kept
     fresh = [torch.randn_like(x) for x in inputs]
     torch.testing.assert_close(gm(*fresh), fn(*fresh), rtol=1e-5, atol=1e-5)
     return gm

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import torch
 
-from .pad_mm import repropagate
-
 aten = torch.ops.aten
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
@@ -33,7 +31,6 @@ def unfuse_bias_adds(gm: torch.fx.GraphModule) -> int:
                 _rewrite(gm.graph, node)
                 done += 1
     if done:
-        repropagate(gm)
         gm.recompile()
     return done
 
@@ -62,9 +59,12 @@ def _only_pointwise_readers(node: torch.fx.Node) -> bool:
 
 
 def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """`mm` and `add` both give what `addmm` gave (a row-major [M, N] of its dtype), so they take
+    its `val`, and nothing downstream changes (propagating again from here cost BERT ~0.8 s)."""
     bias, a, b = node.args[:3]
     with graph.inserting_before(node):
         product = graph.call_function(aten.mm.default, (a, b))
         total = graph.call_function(aten.add.Tensor, (product, bias))
+    product.meta["val"] = total.meta["val"] = node.meta.get("val")
     node.replace_all_uses_with(total)
     graph.erase_node(node)

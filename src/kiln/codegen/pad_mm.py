@@ -41,17 +41,17 @@ def pad_matmuls(gm: torch.fx.GraphModule, example_inputs, devices=("cuda",)) -> 
     if not done:
         return 0
     try:
-        repropagate(gm)
+        _repropagate(gm)
     except Exception:  # noqa: BLE001 - a later op needs the product contiguous: keep it whole
         for item in done:
             _undo(gm.graph, *item)
-        repropagate(gm)
+        _repropagate(gm)
         return 0
     gm.recompile()
     return len(done)
 
 
-def repropagate(gm: torch.fx.GraphModule) -> None:
+def _repropagate(gm: torch.fx.GraphModule) -> None:
     """Fake values for the nodes a rewrite added (they have none) and every node downstream of
     them (their strides may change); raises what an op raises on its new inputs. Their inputs'
     values are re-made in one fake mode (a traced graph's values each carry their own).
