@@ -42,11 +42,13 @@ def test_workers_are_released_after_each_compile(monkeypatch):
 
 def test_closing_without_waiting_still_reaps_the_workers():
     """`close(wait=False)` returns at once; the workers, told to exit, are reaped behind it."""
+    import selectors
     import subprocess
     import sys
     import time
 
-    pool = object.__new__(triton_workers.WorkerPool)
+    pool = object.__new__(triton_workers.WorkerPool)  # its processes made here, not the script
+    pool._sel = selectors.DefaultSelector()
     slow_exit = "import sys, time; sys.stdin.read(); time.sleep(0.5)"
     pool.procs = [
         subprocess.Popen([sys.executable, "-c", slow_exit], stdin=subprocess.PIPE, text=True)

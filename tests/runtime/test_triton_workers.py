@@ -95,6 +95,38 @@ def test_worker_compiles_a_specialized_launch_without_torch_or_gpu(tmp_path, mon
     assert metadata["target"]["arch"] == 90 and metadata["num_warps"] == 4
 
 
+def test_jobs_of_two_modules_with_the_same_kernel_names_are_told_apart(tmp_path, monkeypatch):
+    """A forward and a backward graph each have a `kernel0`: submitted one after the other and
+    waited for separately, each gets its own answer, and a job given twice runs once."""
+    problem = _nvidia_backend_problem()
+    if problem:
+        pytest.skip(problem)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    paths = []
+    for k in range(2):
+        path = tmp_path / f"graph{k}.py"
+        path.write_text(KERNELS)
+        paths.append(str(path))
+    forward = {"path": paths[0], "kernel": "scale", "specialization": _specialization(64)}
+    backward = {"path": paths[1], "kernel": "scale", "specialization": _specialization(256)}
+    broken = {"path": paths[1], "kernel": "scale", "specialization": "not json"}
+    pool = triton_workers.WorkerPool(2, TARGET)
+    try:
+        first = pool.submit([forward])
+        second = pool.submit([backward, forward])  # the forward's job again: not run twice
+        assert pool.wait(second) == {f"{paths[1]}:scale": None, f"{paths[0]}:scale": None}
+        assert pool.wait(first) == {f"{paths[0]}:scale": None}
+        assert len(pool.seconds) == 2
+        again = pool.run([broken])  # already compiled under that id: the answer stands
+        assert again == {"scale": None}
+    finally:
+        pool.close()
+    cubins = [f for _, _, files in os.walk(tmp_path) for f in files if f.endswith(".cubin")]
+    assert len(cubins) == 2  # BLOCK 64 and 256
+
+
 def test_worker_without_torch():
     """The worker script imports no torch for a specialized job (what makes it start fast)."""
     script = os.path.join(os.path.dirname(triton_workers.__file__), "triton_worker_main.py")

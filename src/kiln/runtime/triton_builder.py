@@ -29,6 +29,7 @@ import importlib.util
 import os
 import sys
 import time
+from typing import Callable
 
 import torch
 
@@ -88,9 +89,13 @@ def _import(path: str, key: str):
     return module
 
 
-def load(source: str, launches: dict | None = None, cache_dir: str | None = None):
+def load(
+    source: str, launches: dict | None = None, cache_dir: str | None = None, wait: bool = True
+):
     """Import (writing it if needed) the module of `source`. `launches` maps kernel names to
-    (argument dtypes, grid, constexprs, num_warps), used to compile kernels ahead in parallel."""
+    (argument dtypes, grid, constexprs, num_warps), used to compile kernels ahead in parallel;
+    `wait=False`: return while the workers compile them (`finish_compiles(module)` waits; the
+    Triton code generator's compiled graph does at its first call)."""
     key = cache_key(source)
     hit = _loaded.get(key)
     if hit is not None:
@@ -102,9 +107,30 @@ def load(source: str, launches: dict | None = None, cache_dir: str | None = None
     module = _import(path, key)
     STATS["loads"] += 1
     if launches and not is_interpreting():
-        warm(path, module, launches)
+        finish = warm(path, module, launches)
+        if finish is not None:
+            _pending[module.__name__] = finish
+            if wait:
+                finish_compiles(module)
     _loaded[key] = module
     return module
+
+
+_pending: dict[str, Callable[[], None]] = {}  # module name -> wait for its parallel compile
+
+
+def compiling(module) -> bool:
+    """Whether `module`'s kernels are still being compiled by the workers."""
+    return module.__name__ in _pending
+
+
+def finish_compiles(module=None) -> None:
+    """Wait for the parallel compile of `module`'s kernels (of every module's, when None)."""
+    names = [module.__name__] if module is not None else list(_pending)
+    for name in names:
+        finish = _pending.pop(name, None)
+        if finish is not None:
+            finish()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,11 +206,11 @@ def specializations(module, launches: dict) -> dict[str, str]:
     return seen
 
 
-def warm(path: str, module, launches: dict) -> None:
-    """Compile the kernels of `module` (imported from `path`) in worker processes (see module
-    doc)."""
+def warm(path: str, module, launches: dict) -> Callable[[], None] | None:
+    """Hand the kernels of `module` (imported from `path`) to the worker processes (see module
+    doc); gives the function that waits for them, or None when they are not compiled there."""
     if len(launches) < PARALLEL_MIN_KERNELS or not torch.cuda.is_available():
-        return
+        return None
     start = time.perf_counter()
     specs = specializations(module, launches)
     jobs = [
@@ -205,31 +231,38 @@ def warm(path: str, module, launches: dict) -> None:
     try:
         pool = triton_workers.start(_workers(), _target())
         STATS["run_after_s"] = time.time() - pool.started
-        results = pool.run(jobs, meanwhile=_hash_triton)
-        _record(pool)
+        ids = pool.submit(jobs)
     except Exception as e:  # no workers at all: the parent compiles at first launch
         logs.log("perf_hints", f"no Triton compile workers ({e!r}); compiling inline")
-        results = {}
-    for kernel, error in results.items():
-        if error is None:
-            STATS["warmed"] += 1
-        else:
-            logs.log(
-                "perf_hints",
-                f"parallel Triton compile of {kernel} failed ({error}); compiling inline",
-            )
+        return None
     STATS["warm_seconds"] += time.perf_counter() - start
 
+    def finish() -> None:
+        begin = time.perf_counter()
+        results = pool.wait(ids, meanwhile=_hash_triton)
+        _record(pool, ids)
+        for job_id, error in results.items():
+            if error is None:
+                STATS["warmed"] += 1
+            else:
+                logs.log(
+                    "perf_hints",
+                    f"parallel Triton compile of {job_id} failed ({error}); compiling inline",
+                )
+        STATS["warm_seconds"] += time.perf_counter() - begin
 
-def _record(pool) -> None:
-    seconds = pool.kernel_seconds.values()
+    return finish
+
+
+def _record(pool, ids: list[str]) -> None:
+    seconds = [pool.seconds[i] for i in ids if i in pool.seconds]
     STATS["workers_ready_s"] = max(pool.ready_after.values(), default=0.0)
     STATS["slowest_kernel_s"] = max(seconds, default=0.0)
     STATS["kernel_seconds"] = sum(seconds)
     logs.log(
         "perf_hints",
         lambda: (
-            f"compiled {len(pool.kernel_seconds)} Triton kernels in {len(pool.procs)} "
+            f"compiled {len(seconds)} Triton kernels in {len(pool.procs)} "
             f"workers: ready {STATS['workers_ready_s']:.2f} s after start, slowest kernel "
             f"{STATS['slowest_kernel_s']:.2f} s, {STATS['kernel_seconds']:.2f} s in all"
         ),
@@ -242,5 +275,7 @@ def shutdown(wait: bool = True) -> None:
     in the background as before. Idle, they would cost every later call: each holds a CUDA
     context, and with the 16 of the H200 host alive a reduce-overhead GPT-2 decode step took
     822-853 us from an idle device against 610-626 us once they were stopped (ResNet-50:
-    2069-2219 against 1847-1988 us). `wait=False`: do not wait for them to exit."""
+    2069-2219 against 1847-1988 us; they held CUDA contexts then, they do not now). Kernels
+    still being compiled are waited for first. `wait=False`: do not wait for them to exit."""
+    finish_compiles()
     triton_workers.shutdown(wait)

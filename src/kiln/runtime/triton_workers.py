@@ -9,8 +9,10 @@ Each worker is `python triton_worker_main.py` (a standalone script: never the us
 never kiln), speaking one JSON line per job each way over pipes. Jobs go to whichever worker is
 free, so one slow kernel does not hold up the rest. `start()` launches the processes without
 waiting for them, so that their start-up (importing Triton and paying its once-a-process costs,
-about half a second) overlaps lowering and scheduling; `run()` waits. A worker that dies fails
-its job, which the caller then compiles itself: a worker problem costs time, never correctness.
+about half a second) overlaps lowering and scheduling. `submit()` hands jobs out and returns;
+`wait()` serves the workers until given jobs are done (so a forward graph's kernels compile
+while its backward is lowered); `run()` is both. A worker that dies fails its job, which the
+caller then compiles itself: a worker problem costs time, never correctness.
 """
 
 from __future__ import annotations
@@ -42,62 +44,77 @@ class WorkerPool:
                     bufsize=1,
                 )
             )
-        self._ready: set[int] = set()
-        self.started = time.time()
-        # seconds from the pool's start until each worker was ready, and each kernel's compile
-        # seconds in its worker in the last `run` (the builder logs them)
-        self.ready_after: dict[int, float] = {}
-        self.kernel_seconds: dict[str, float] = {}
-
-    def run(self, jobs: list[dict], meanwhile=None) -> dict[str, str | None]:
-        """Run every job; {kernel: None if compiled, else the reason it was not}. `meanwhile`:
-        a function to call once every job has been handed out, while the workers compile."""
-        results: dict[str, str | None] = {}
-        self.kernel_seconds = {}
-        pending = list(reversed(jobs))
-        sel = selectors.DefaultSelector()
-        busy: dict[int, dict | None] = {}
+        self._sel = selectors.DefaultSelector()
         for i, p in enumerate(self.procs):
-            if p.poll() is None:
-                sel.register(p.stdout, selectors.EVENT_READ, i)
-                busy[i] = None
-                if i in self._ready:
-                    self._send(i, pending, busy)
-        while sel.get_map() and (pending or any(j is not None for j in busy.values())):
-            for key, _ in sel.select():
-                i = key.data
-                line = self.procs[i].stdout.readline()
-                if not line:  # the worker died: its job failed, it takes no more
-                    sel.unregister(key.fileobj)
-                    job = busy.pop(i)
-                    if job is not None:
-                        results[job["kernel"]] = "the compile worker exited"
-                    continue
-                reply = json.loads(line)
-                if reply.get("ready"):
-                    self._ready.add(i)
-                    self.ready_after[i] = reply.get("at", time.time()) - self.started
-                else:
-                    job = busy[i]
-                    results[job["kernel"]] = None if reply["ok"] else reply.get("error", "?")
-                    self.kernel_seconds[job["kernel"]] = reply.get("seconds", 0.0)
-                    busy[i] = None
-                self._send(i, pending, busy)
-            if meanwhile is not None and not pending:
+            self._sel.register(p.stdout, selectors.EVENT_READ, i)
+        self._ready: set[int] = set()
+        self._busy: dict[int, dict] = {}  # worker -> the job it is compiling
+        self._queue: list[dict] = []  # jobs not handed out yet, the next one last
+        self._results: dict[str, str | None] = {}  # job id -> None if compiled, else why not
+        self.started = time.time()
+        # seconds from the pool's start until each worker was ready, and each job's compile
+        # seconds in its worker (the builder logs them)
+        self.ready_after: dict[int, float] = {}
+        self.seconds: dict[str, float] = {}
+
+    def submit(self, jobs: list[dict]) -> list[str]:
+        """Queue `jobs` and hand out what ready workers can take now, without waiting; gives the
+        jobs' ids (`path:kernel`) for `wait`. A job already done or queued is not run again."""
+        ids = []
+        for job in jobs:
+            job_id = f"{job['path']}:{job['kernel']}"
+            ids.append(job_id)
+            queued = any(j["id"] == job_id for j in self._queue + list(self._busy.values()))
+            if job_id not in self._results and not queued:
+                self._queue.insert(0, dict(job, id=job_id))
+        self._pump(timeout=0)
+        return ids
+
+    def wait(self, ids: list[str], meanwhile=None) -> dict[str, str | None]:
+        """Serve the workers until every job of `ids` is done; {id: None if compiled, else the
+        reason it was not}. `meanwhile`: a function to call once every queued job has been
+        handed out, while the workers compile."""
+        while any(i not in self._results for i in ids) and self._sel.get_map():
+            if meanwhile is not None and not self._queue:
                 meanwhile, later = None, meanwhile
                 later()
-        sel.close()
+                continue
+            self._pump(timeout=None)
         if meanwhile is not None:
             meanwhile()
-        for job in pending:
-            results[job["kernel"]] = "no compile worker was left"
-        return results
+        return {i: self._results.get(i, "no compile worker was left") for i in ids}
 
-    def _send(self, i: int, pending: list, busy: dict) -> None:
-        if not pending or busy.get(i) is not None:
-            return
-        job = pending.pop()
-        busy[i] = job
+    def run(self, jobs: list[dict], meanwhile=None) -> dict[str, str | None]:
+        """`submit` then `wait`: {kernel: None if compiled, else the reason it was not}."""
+        done = self.wait(self.submit(jobs), meanwhile)
+        return {job["kernel"]: done[f"{job['path']}:{job['kernel']}"] for job in jobs}
+
+    def _pump(self, timeout: float | None) -> None:
+        """Read what the workers have said (within `timeout`), then hand out queued jobs."""
+        for key, _ in self._sel.select(timeout) if self._sel.get_map() else ():
+            i = key.data
+            line = self.procs[i].stdout.readline()
+            if not line:  # the worker died: its job failed, it takes no more
+                self._sel.unregister(key.fileobj)
+                self._ready.discard(i)
+                job = self._busy.pop(i, None)
+                if job is not None:
+                    self._results[job["id"]] = "the compile worker exited"
+                continue
+            reply = json.loads(line)
+            if reply.get("ready"):
+                self._ready.add(i)
+                self.ready_after[i] = reply.get("at", time.time()) - self.started
+            else:
+                job = self._busy.pop(i)
+                self._results[job["id"]] = None if reply["ok"] else reply.get("error", "?")
+                self.seconds[job["id"]] = reply.get("seconds", 0.0)
+        for i in sorted(self._ready):
+            if self._queue and i not in self._busy:
+                self._send(i, self._queue.pop())
+
+    def _send(self, i: int, job: dict) -> None:
+        self._busy[i] = job
         try:
             self.procs[i].stdin.write(json.dumps(job) + "\n")
             self.procs[i].stdin.flush()
@@ -110,6 +127,7 @@ class WorkerPool:
         the first call after a compile need not wait for that (BERT's cold first call spent
         0.97 s of its 9.5 s here)."""
         procs, self.procs = self.procs, []
+        self._sel.close()
         for p in procs:
             try:
                 p.stdin.close()

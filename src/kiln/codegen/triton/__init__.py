@@ -29,7 +29,14 @@ from ...lower.ir import LoopGraph
 from ...lower.layouts import empty_with_layout
 from ...options import Options
 from ...runtime import native
-from ...runtime.triton_builder import TritonNotFound, load, prestart, require_triton
+from ...runtime.triton_builder import (
+    TritonNotFound,
+    compiling,
+    finish_compiles,
+    load,
+    prestart,
+    require_triton,
+)
 from ...runtime.triton_interpret import is_interpreting
 from ...runtime.triton_launch import FastKernel
 from ...schedule import schedule
@@ -90,12 +97,28 @@ def compile_graph_strict(
     summary = extern_summary(sched.graph)
     if summary:
         logs.log("perf_hints", f"extern calls in this graph: {summary}")
-    loaded = load(module.source, _launches(module, sched.graph)) if module.kernels else None
+    launches = _launches(module, sched.graph)
+    loaded = load(module.source, launches, wait=False) if module.kernels else None
     device = _graph_device(example_inputs, graph)
     namespace = make_namespace(loaded, module, wrapper, graph.constants, device)
     exec(compile(wrapper.source, "<kiln triton wrapper>", "exec"), namespace)
     seconds = time.perf_counter() - start
-    return TritonCompiledGraph(namespace["call"], sched, module.source, wrapper.source, seconds)
+    compiled = TritonCompiledGraph(namespace["call"], sched, module.source, wrapper.source, seconds)
+    if loaded is not None and compiling(loaded):
+        compiled._fn = _first_waits(compiled, loaded, namespace["call"])
+    return compiled
+
+
+def _first_waits(compiled: TritonCompiledGraph, loaded, call):
+    """The wrapper's `call`, whose first run waits for the workers compiling `loaded`'s kernels
+    (they compile while the next graph — a training step's backward — is lowered)."""
+
+    def first(args):
+        finish_compiles(loaded)
+        compiled._fn = call
+        return call(args)
+
+    return first
 
 
 # -- the wrapper's namespace -----------------------------------------------------------------
