@@ -10,6 +10,10 @@ interpreter; `pytest -m gpu ...` on the GPU machine compiles them for the GPU.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+
+import pytest
 
 
 def pytest_configure(config):
@@ -27,3 +31,20 @@ def pytest_sessionstart(session):
     from kiln.runtime import native
 
     native.wait()
+
+
+@pytest.fixture
+def run_python():
+    """`run_python(*args, env=None, timeout=600)`: `python *args` in a fresh process (a setting
+    read once a process, such as KILN_NATIVE, or a script that must not import what the test
+    did); fails the test with the end of its stderr unless it exits 0, and gives the finished
+    process (`.stdout`, `.stderr`)."""
+
+    def run(*args: str, env: dict | None = None, timeout: float = 600):
+        out = subprocess.run(
+            [sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out
+
+    return run

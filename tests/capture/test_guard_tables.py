@@ -4,8 +4,6 @@ the table's Python loop give the same answer, and a compiled module sees the cha
 and matches eager, with the native module loaded and without it."""
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -190,10 +188,6 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_without_native_checks_the_same_changes_are_seen():
-    env = dict(os.environ, KILN_NATIVE="0")
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_without_native_checks_the_same_changes_are_seen(run_python):
+    out = run_python("-c", SCRIPT, env=dict(os.environ, KILN_NATIVE="0"), timeout=300)
     assert "status off" in out.stdout

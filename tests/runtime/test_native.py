@@ -3,8 +3,6 @@
 loaded move onto it; and where it cannot be built, kiln says why once and runs correctly."""
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -100,11 +98,8 @@ def test_a_table_whose_rows_do_not_fit_stays_in_python():
     assert not table.is_native and table.check() is True
 
 
-def test_the_cli_builds_and_says_where():
-    out = subprocess.run(
-        [sys.executable, "-m", "kiln", "native"], capture_output=True, text=True, timeout=600
-    )
-    assert out.returncode == 0, out.stderr
+def test_the_cli_builds_and_says_where(run_python):
+    out = run_python("-m", "kiln", "native")
     assert "ready" in out.stdout and "kiln_native_" in out.stdout
 
 
@@ -127,20 +122,13 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_without_a_compiler_kiln_says_why_and_runs(tmp_path):
+def test_without_a_compiler_kiln_says_why_and_runs(tmp_path, run_python):
     env = dict(os.environ, PATH=str(tmp_path), KILN_NATIVE_DIR=str(tmp_path / "native"))
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    out = run_python("-c", SCRIPT, env=env)
     assert "status failed" in out.stdout and "C++ compiler" in out.stdout
     assert out.stderr.count("native checks: could not build them") == 1
 
 
-def test_native_off_runs_in_python():
-    env = dict(os.environ, KILN_NATIVE="0")
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_native_off_runs_in_python(run_python):
+    out = run_python("-c", SCRIPT, env=dict(os.environ, KILN_NATIVE="0"))
     assert "status off KILN_NATIVE=0" in out.stdout

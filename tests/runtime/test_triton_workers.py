@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -127,7 +125,7 @@ def test_jobs_of_two_modules_with_the_same_kernel_names_are_told_apart(tmp_path,
     assert len(cubins) == 2  # BLOCK 64 and 256
 
 
-def test_worker_without_torch():
+def test_worker_without_torch(run_python):
     """The worker script imports no torch for a specialized job (what makes it start fast)."""
     script = os.path.join(os.path.dirname(triton_workers.__file__), "triton_worker_main.py")
     probe = (
@@ -135,6 +133,5 @@ def test_worker_without_torch():
         f"m = runpy.run_path({script!r}); m['_prepare'](sys.argv[1]); "
         "print('torch' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    out = run_python("-c", probe, timeout=120)
     assert out.stdout.strip() == "False"

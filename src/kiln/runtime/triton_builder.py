@@ -108,10 +108,10 @@ def load(
     STATS["loads"] += 1
     if launches and not is_interpreting():
         finish = warm(path, module, launches)
-        if finish is not None:
+        if finish is not None and wait:
+            finish()
+        elif finish is not None:
             _pending[module.__name__] = finish
-            if wait:
-                finish_compiles(module)
     _loaded[key] = module
     return module
 

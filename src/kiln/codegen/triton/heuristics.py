@@ -88,7 +88,8 @@ def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
-def _warps(elements: int) -> int:
+def warps_for(elements: int) -> int:
+    """`num_warps` for a block of `elements` (split.py's finishing kernels use it too)."""
     if elements >= 8192:
         return 8
     if elements >= 2048:
@@ -144,11 +145,11 @@ def outer_blocks(outer: int, inner: int) -> tuple[int, int, int]:
     xb = min(OUTER_XBLOCK, next_pow2(outer))
     if -(-outer // xb) >= OUTER_MIN_PROGRAMS:
         rb = min(OUTER_RBLOCK, next_pow2(inner))
-        return xb, rb, _warps(xb * rb)
+        return xb, rb, warps_for(xb * rb)
     while xb > OUTER_NARROW_XBLOCK and -(-outer // xb) < OUTER_MIN_PROGRAMS:
         xb //= 2
     rb = min(OUTER_NARROW_ELEMENTS // xb, next_pow2(inner))
-    return xb, rb, 8 if xb * rb >= OUTER_NARROW_ELEMENTS else _warps(xb * rb)
+    return xb, rb, 8 if xb * rb >= OUTER_NARROW_ELEMENTS else warps_for(xb * rb)
 
 
 def splittable(kernel: Kernel, nodes: dict) -> bool:
@@ -178,7 +179,7 @@ def _split_plan(outer: int, inner: int) -> Plan | None:
     split = -(-inner // chunk)
     if split < 2:
         return None
-    return Plan("looped", outer, inner, 1, xb, rb, 1, _warps(xb * rb), split=split, rchunk=chunk)
+    return Plan("looped", outer, inner, 1, xb, rb, 1, warps_for(xb * rb), split=split, rchunk=chunk)
 
 
 def plan(kernel: Kernel, nodes: dict) -> Plan:
@@ -196,9 +197,9 @@ def plan(kernel: Kernel, nodes: dict) -> Plan:
             xnumel = numel // ynumel
             yb, xb = min(TILE, next_pow2(ynumel)), min(TILE, next_pow2(xnumel))
             if -(-ynumel // yb) <= MAX_GRID_Y:
-                return Plan("tiled", xnumel, 1, ynumel, xb, 1, yb, _warps(xb * yb), split)
+                return Plan("tiled", xnumel, 1, ynumel, xb, 1, yb, warps_for(xb * yb), split)
         xb = min(FLAT_XBLOCK, next_pow2(numel))
-        return Plan("flat", numel, XBLOCK=xb, num_warps=_warps(xb))
+        return Plan("flat", numel, XBLOCK=xb, num_warps=warps_for(xb))
     inner = kernel.inner
     if kernel.outer > 1 and inner >= OUTER_MIN_RNUMEL and _reduces_across_rows(kernel, nodes):
         if inner >= SPLIT_MIN_RNUMEL and splittable(kernel, nodes):
@@ -210,5 +211,5 @@ def plan(kernel: Kernel, nodes: dict) -> Plan:
     rb = next_pow2(inner)
     if rb <= PERSISTENT_MAX_RBLOCK:
         xb = min(next_pow2(kernel.outer), max(1, 2048 // rb), 64)
-        return Plan("persistent", kernel.outer, inner, 1, xb, rb, 1, _warps(xb * rb))
-    return Plan("looped", kernel.outer, inner, 1, 1, LOOPED_RBLOCK, 1, _warps(LOOPED_RBLOCK))
+        return Plan("persistent", kernel.outer, inner, 1, xb, rb, 1, warps_for(xb * rb))
+    return Plan("looped", kernel.outer, inner, 1, 1, LOOPED_RBLOCK, 1, warps_for(LOOPED_RBLOCK))

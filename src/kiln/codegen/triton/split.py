@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ...lower.indexing import index_vars
-from .heuristics import Plan, _warps, next_pow2
+from .heuristics import Plan, next_pow2, warps_for
 from .indexing import XINDEX, store_index, tl_str
 from .ops import HALF_TYPES, store_cast
 
@@ -78,6 +78,6 @@ def render_finish(kernel_name: str, workspaces: list, nodes: dict, p: Plan):
             f"{store_cast(node.dtype).format(f'sum{i}')}{store_mask})",
         ]
     head = ["@triton.jit", f"def {name}({', '.join(params)}, XBLOCK: tl.constexpr):"]
-    finish_plan = Plan("flat", p.xnumel, XBLOCK=xb, num_warps=_warps(xb * sp))
+    finish_plan = Plan("flat", p.xnumel, XBLOCK=xb, num_warps=warps_for(xb * sp))
     source = "\n".join(head + ["    " + x for x in lines])
     return TritonKernel(name, tuple(params), finish_plan, source)
