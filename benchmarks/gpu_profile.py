@@ -35,7 +35,7 @@ def _stats(prof: cProfile.Profile, key: str, limit: int) -> str:
     return s.getvalue()
 
 
-def _kernel_table(fn, inputs, calls: int = 10) -> tuple[float, str]:
+def _kernel_table(fn, inputs, calls: int = 10, rows_shown: int = 30) -> tuple[float, str]:
     """GPU microseconds per call and the top kernels, from torch.profiler's CUDA activity."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -53,7 +53,7 @@ def _kernel_table(fn, inputs, calls: int = 10) -> tuple[float, str]:
             rows[name] = (t + e.device_time, n + 1)
     total = sum(t for t, _ in rows.values()) / calls
     lines = [f"{'us/call':>9} {'n/call':>7}  kernel"]
-    for name, (t, n) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:30]:
+    for name, (t, n) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:rows_shown]:
         lines.append(f"{t / calls:9.1f} {n / calls:7.1f}  {name}")
     lines.append(f"kernels per call: {sum(n for _, n in rows.values()) / calls:.1f}")
     return total, "\n".join(lines)
@@ -96,7 +96,7 @@ def report(name: str, mode: str | None, out: str, code: bool, with_torch: bool) 
         torch.cuda.synchronize()
         prof.disable()
         parts.append("## kiln call (30 calls), tottime\n" + _stats(prof, "tottime", 30))
-        gpu_us, table = _kernel_table(k, inputs)
+        gpu_us, table = _kernel_table(k, inputs, rows_shown=80)
         parts.append(f"## kiln kernels: {gpu_us:.1f} us GPU per call\n{table}")
         line = f"eager {eager:.3f} ms, kiln {kiln_ms:.3f} ms (GPU {gpu_us / 1e3:.3f} ms)"
         if with_torch:
@@ -105,7 +105,7 @@ def report(name: str, mode: str | None, out: str, code: bool, with_torch: bool) 
             t(*inputs)
             torch_compile = time.perf_counter() - t0
             torch_ms = best_ms(t, inputs)
-            tgpu, ttable = _kernel_table(t, inputs)
+            tgpu, ttable = _kernel_table(t, inputs, rows_shown=80)
             parts.append(f"## torch.compile kernels: {tgpu:.1f} us GPU per call\n{ttable}")
             line += (
                 f", torch.compile {torch_ms:.3f} ms (GPU {tgpu / 1e3:.3f} ms); cold compile s "

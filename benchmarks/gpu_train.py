@@ -51,7 +51,7 @@ def main() -> None:
         torch.cuda.synchronize()
         cold = time.perf_counter() - t0
         ms = best_ms(step_of(compiled), inputs, n=10)
-        gpu_us, table = _kernel_table(step_of(compiled), inputs, calls=3)
+        gpu_us, table = _kernel_table(step_of(compiled), inputs, calls=3, rows_shown=120)
         rows.append(f"{name}: {ms:.2f} ms (GPU {gpu_us / 1e3:.2f} ms), first step {cold:.1f} s")
         rows.append(table)
     print(f"nanoGPT training step, float32, eager {eager:.2f} ms")

@@ -63,6 +63,10 @@ def _is_view_op(op: torch._ops.OpOverload) -> bool:
     )
 
 
+def _is_view(node: torch.fx.Node) -> bool:
+    return isinstance(node.target, torch._ops.OpOverload) and _is_view_op(node.target)
+
+
 def is_random(node: torch.fx.Node) -> bool:
     target = node.target
     return isinstance(target, torch._ops.OpOverload) and (
@@ -109,6 +113,63 @@ class Partition:
     grad_present: list[bool]  # per differentiable input: does the backward return a gradient?
     strategy: str
     notes: list[str] = field(default_factory=list)
+
+
+def _fusible(node: torch.fx.Node) -> bool:
+    """Can a kernel compute `node` from its inputs' elements in registers (a pointwise op, a
+    view, a reduction), rather than an extern call (matmul, convolution) reading them from
+    memory?"""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return target is operator.getitem
+    return is_recomputable(node) or torch.Tag.reduction in target.tags
+
+
+def _writes(n: torch.fx.Node, tangent_dep: set, fw_outs: set) -> tuple[bool, bool]:
+    """(does the forward write `n` to memory, would the backward have to, were it recomputed
+    there): a pass writes a value that it returns or that an op which cannot fuse reads
+    (through views). The forward also writes a value that two of its ops read (different
+    kernels, as a rule: a residual stream's running sum). Inputs are in memory already, and a
+    value kiln does not recompute is written where it is computed."""
+    if n.op != "call_function" or not is_recomputable(n):
+        return True, False
+    fw = n in fw_outs
+    bw = False
+    fw_readers = 0
+    todo = [n]
+    while todo:
+        v = todo.pop()
+        for u in v.users:
+            if u.op != "call_function":
+                continue
+            if _is_view(u):
+                fw |= u in fw_outs
+                todo.append(u)
+            elif u in tangent_dep:
+                bw |= not _fusible(u)
+            else:
+                fw |= not _fusible(u)
+                fw_readers += 1
+    return fw or fw_readers > 1, bw
+
+
+def _cut_weights(nodes, tangent_dep: set, fw_outs: set) -> tuple[dict, set]:
+    """(the weight of saving each node, the nodes that must not be recomputed) for the min cut.
+
+    A saved value costs its bytes, twice over when the forward would not otherwise write it:
+    saving a GELU's derivative instead of the matmul output it is computed from costs the same
+    memory, but writes one more tensor. A cheap value that both passes must write (a GELU's
+    output feeding the next matmul, whose weight gradient reads it again) is kept, not
+    recomputed: recomputing saves its bytes but writes it a second time and reads its inputs
+    again, as PyTorch's partitioner also judges (its `is_materialized_backwards`). Values made
+    from no tensor (fills, `arange`) stay recomputable: writing them reads nothing."""
+    weight, keep = {}, set()
+    for n in nodes:
+        fw, bw = _writes(n, tangent_dep, fw_outs)
+        weight[n] = value_bytes(n) * (1 if fw else 2)
+        if fw and bw and n.all_input_nodes and not _is_view(n):
+            keep.add(n)
+    return weight, keep
 
 
 def _outputs(gm: torch.fx.GraphModule) -> list:
@@ -161,12 +222,13 @@ def partition_joint(joint: Joint, strategy: str = "min_cut") -> Partition:
     saved = None
     if strategy == "min_cut":
         relevant = [n for n in forward_nodes if n in bw_nodes]
+        weight, keep = _cut_weights(relevant, tangent_dep, set(fw_outs))
         saved = mincut.choose_saved(
             relevant,
             {n: list(n.users) for n in relevant},
-            {n for n in relevant if n.op == "placeholder" or not is_recomputable(n)},
+            {n for n in relevant if n.op == "placeholder" or not is_recomputable(n) or n in keep},
             read_by_backward,
-            {n: value_bytes(n) for n in relevant},
+            weight,
         )
         if saved is None:
             notes.append("no finite cut (a value that cannot be saved is needed): saved all")
