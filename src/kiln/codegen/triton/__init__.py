@@ -44,6 +44,7 @@ from ..bias_add import unfuse_bias_adds
 from ..bindings import fast_externs
 from ..compiled import CompiledGraph
 from ..devices import eager_callable
+from ..embedding_grad import scatter_embedding_grads
 from ..pad_mm import pad_matmuls
 from ..restride import functionalize_restrides
 from ..wrapper import checked_input_names
@@ -83,6 +84,7 @@ def compile_graph_strict(
     functionalize_restrides(gm)
     ensure_meta(gm, example_inputs)
     unfuse_bias_adds(gm)
+    scatter_embedding_grads(gm)
     pad_matmuls(gm, example_inputs)
     fuel = options.get("debug.fuel") if options is not None else None
     verify_ir = options.get("debug.verify_ir") if options is not None else False
