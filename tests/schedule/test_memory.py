@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.lower import lower_graph
-from kiln.lower.ir import Pointwise
-from kiln.schedule import Alloc, ExternCall, Free, schedule
+from kiln.lower.ir import Pointwise, buf_refs
+from kiln.schedule import Alias, Alloc, ExternCall, Free, schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen"))
 from cg_helpers import check  # noqa: E402
@@ -136,3 +136,30 @@ def test_a_freed_buffer_is_not_kept_across_the_peak_for_a_later_reuse():
     small = [s for s in allocs if s.name.startswith("buf")]
     assert len(small) == 3  # x * 3, y * 2, m1 - 1
     assert small[2].reuse is None
+
+
+def test_a_view_is_made_just_before_its_first_reader():
+    """Transposed weights are views of inputs; each is made right before the matmul that reads
+    it, not all before the first launch (where the device would wait for them)."""
+
+    def fn(x, w1, w2, w3):
+        h = x
+        for w in (w1, w2, w3):
+            h = torch.relu(h @ w.t())
+        return (h,)
+
+    args = (torch.randn(8, 16),) + tuple(torch.randn(16, 16) for _ in range(3))
+    s = _schedule(fn, *args)
+    steps = list(s.steps)
+    aliases = [k for k, st in enumerate(steps) if isinstance(st, Alias)]
+    matmuls = [k for k, st in enumerate(steps) if isinstance(st, ExternCall)]
+    assert len(aliases) == len(matmuls) == 3
+    for alias, mm in zip(aliases, matmuls):  # each view comes after the previous matmul
+        assert steps[alias].name in {ref.name for ref in _extern_reads(s, steps[mm])}
+        assert not [k for k in matmuls if alias < k < mm]
+    check(fn, *args)
+
+
+def _extern_reads(sched, step):
+    node = sched.graph.node_map()[step.name]
+    return buf_refs((node.args, node.kwargs))

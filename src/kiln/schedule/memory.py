@@ -118,9 +118,7 @@ def plan_memory(graph: LoopGraph, steps, out_externs: frozenset = frozenset()) -
         names += [i for n in names for i in items.get(n, [])]
         for n in names:
             produced_at[n] = k
-    aliases_after = defaultdict(list)
-    for v in views:
-        aliases_after[produced_at.get(v.base, -1)].append(v.name)
+    aliases_before, aliases_after = _alias_places(views, steps, nodes, produced_at)
 
     local = {m for s in steps if isinstance(s, Kernel) for m in s.local}
     live = _live_bytes(len(steps), nodes, produced_at, last, pinned, local)
@@ -134,6 +132,7 @@ def plan_memory(graph: LoopGraph, steps, out_externs: frozenset = frozenset()) -
             written = [m.name for m in step.members if m.name not in step.local]
         else:
             written = [step.name] if writes_into_alloc(nodes[step.name], out_externs) else []
+        out.extend(Alias(v) for v in aliases_before[k])
         for name in written:
             reuse = _take(pool[_key(nodes[name])], k, live, peak, _bytes(nodes[name]))
             out.append(Alloc(name, reuse))
@@ -152,6 +151,27 @@ def plan_memory(graph: LoopGraph, steps, out_externs: frozenset = frozenset()) -
             if name in reusable and name not in shared:
                 pool[_key(nodes[name])].append((name, k))
     return tuple(out)
+
+
+def _alias_places(views, steps, nodes: dict, produced_at: dict) -> tuple[dict, dict]:
+    """(views to alias just before step k, views to alias just after step k; k = -1: first).
+
+    A view is made just before the first step that reads it, not as soon as its base exists: a
+    transformer's wrapper transposes every weight matrix (72 views for BERT-base, 0.6 us each)
+    and made them all before its first launch, so the device sat idle that long at each call.
+    A view no step reads (a returned one) is made once its base exists."""
+    first: dict[str, int] = {}
+    for k, step in enumerate(steps):
+        for name in _reads(step, nodes):
+            first.setdefault(name, k)
+    before, after = defaultdict(list), defaultdict(list)
+    for v in views:
+        made = produced_at.get(v.base, -1)
+        if first.get(v.name, -1) > made:
+            before[first[v.name]].append(v.name)
+        else:
+            after[made].append(v.name)
+    return before, after
 
 
 def _bytes(node) -> int:
