@@ -2,8 +2,9 @@
 
 Builds `MODELS[name]` (benchmarks/models, size "large", bfloat16, CUDA), compiles it with kiln
 and with torch.compile in the given mode, checks kiln against eager, and prints each one's best
-time per call (best of 5 x 50 calls, synchronized), the CPU time and synchronized latency of
-one call started on an idle device (what `kiln bench` times), and cold compile time;
+time per call (best of 10 rounds of 50 synchronized calls, the two compilers taking turns),
+the CPU time and synchronized latency of one call started on an idle device (what `kiln bench`
+times), and cold compile time;
 `--profile` adds the CUDA kernels kiln's call spends its time in. Unlike `kiln bench` (one
 fresh process per row, three workers at once), both compilers are timed here back to back in
 one quiet process, which is what a kernel-level comparison needs.
@@ -45,6 +46,25 @@ def best_ms(fn, inputs, n: int = 50) -> float:
     return best
 
 
+def interleaved_best_ms(fns, inputs, n: int = 50, rounds: int = 10) -> list[float]:
+    """Each function's best time per call (ms) over `rounds` rounds of `n` synchronized calls,
+    the functions taking turns within a round and the order reversed every other round, so
+    that a drift of the host or of the GPU's clocks reaches all of them alike."""
+    for fn in fns:
+        for _ in range(3):
+            fn(*inputs)
+    torch.cuda.synchronize()
+    best = [float("inf")] * len(fns)
+    for r in range(rounds):
+        for i in range(len(fns)) if r % 2 == 0 else reversed(range(len(fns))):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fns[i](*inputs)
+            torch.cuda.synchronize()
+            best[i] = min(best[i], (time.perf_counter() - t0) / n * 1e3)
+    return best
+
+
 def call_us(fn, inputs, n: int = 200) -> tuple[float, float]:
     """(median CPU microseconds until a call returns, median synchronized latency in microseconds)
     with the device idle at each call's start: what `kiln bench` times per call is the second;
@@ -72,12 +92,11 @@ def compare(name: str, mode: str | None, profile: bool) -> None:
         k = kiln.compile(m, mode=mode)
         err = (k(*inputs).float() - ref).abs().max().item()
         kiln_compile = time.perf_counter() - t0
-        kiln_ms = best_ms(k, inputs)
         t0 = time.perf_counter()
         t = torch.compile(m, mode=mode)
         t(*inputs)
         torch_compile = time.perf_counter() - t0
-        torch_ms = best_ms(t, inputs)
+        kiln_ms, torch_ms = interleaved_best_ms([k, t], inputs)
         (k_cpu, k_lat), (t_cpu, t_lat) = call_us(k, inputs), call_us(t, inputs)
         print(
             f"{name} mode={mode}: eager {eager:.3f} ms, kiln {kiln_ms:.3f} ms, torch.compile "
