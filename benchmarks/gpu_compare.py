@@ -33,17 +33,8 @@ def model(name: str, dtype=torch.bfloat16):
 
 
 def best_ms(fn, inputs, n: int = 50) -> float:
-    for _ in range(3):
-        fn(*inputs)
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn(*inputs)
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / n * 1e3)
-    return best
+    """`fn`'s best time per call (ms) over 5 rounds of `n` synchronized calls."""
+    return interleaved_best_ms([fn], inputs, n, rounds=5)[0]
 
 
 def interleaved_best_ms(fns, inputs, n: int = 50, rounds: int = 10) -> list[float]:

@@ -31,9 +31,9 @@ def scatter_embedding_grads(gm: torch.fx.GraphModule) -> int:
     done = 0
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target is aten.embedding_dense_backward.default:
-            add = _sole_plain_add(node)
-            if add is not None and _plain(node):
-                _rewrite(gm.graph, node, add)
+            found = _sole_plain_add(node)
+            if found is not None and _plain(node):
+                _rewrite(gm.graph, node, *found)
                 done += 1
     if done:
         gm.recompile()
@@ -47,9 +47,10 @@ def _plain(node: torch.fx.Node) -> bool:
     return args.get("padding_idx") == -1 and args.get("scale_grad_by_freq") is False
 
 
-def _sole_plain_add(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The `add` that is the embedding gradient's only reader, if its other operand is a tensor
-    of the same shape, dtype and strides as the sum (a copy of it is the result)."""
+def _sole_plain_add(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
+    """(the `add` that is the embedding gradient's only reader, its other operand), if that
+    operand is a tensor of the same shape, dtype and strides as the sum (a copy of it is the
+    result)."""
     if len(node.users) != 1:
         return None
     (add,) = node.users
@@ -63,14 +64,13 @@ def _sole_plain_add(node: torch.fx.Node) -> torch.fx.Node | None:
         return None
     if theirs.shape != mine.shape or theirs.dtype != mine.dtype or total.dtype != mine.dtype:
         return None
-    return add if theirs.stride() == total.stride() else None
+    return (add, other) if theirs.stride() == total.stride() else None
 
 
-def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node, add: torch.fx.Node) -> None:
+def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node, add, other) -> None:
     """`index_put` gives a copy of the other operand (its layout), which is the add's result:
     the new node takes the add's `val`."""
     grad, indices = node.args[:2]
-    other = add.args[1] if add.args[0] is node else add.args[0]
     with graph.inserting_before(add):
         total = graph.call_function(aten.index_put.default, (other, [indices], grad, True))
     total.meta["val"] = add.meta["val"]

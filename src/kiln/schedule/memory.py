@@ -105,10 +105,12 @@ def plan_memory(graph: LoopGraph, steps, out_externs: frozenset = frozenset()) -
     shared = viewed_by_externs(graph, owner)
     inputs = set(graph.inputs)
     last: dict[str, int] = {}
+    first: dict[str, int] = {}  # the first step that reads each name
     for k, step in enumerate(steps):
         for name in _reads(step, nodes):
             last[owner.get(name, name)] = k
             last[name] = k
+            first.setdefault(name, k)
     for name in list(last):
         if name in items:  # the tuple of an extern call dies with its last item
             last[name] = max([last[name]] + [last.get(i, -1) for i in items[name]])
@@ -118,7 +120,7 @@ def plan_memory(graph: LoopGraph, steps, out_externs: frozenset = frozenset()) -
         names += [i for n in names for i in items.get(n, [])]
         for n in names:
             produced_at[n] = k
-    aliases_before, aliases_after = _alias_places(views, steps, nodes, produced_at)
+    aliases_before, aliases_after = _alias_places(views, first, produced_at)
 
     local = {m for s in steps if isinstance(s, Kernel) for m in s.local}
     live = _live_bytes(len(steps), nodes, produced_at, last, pinned, local)
@@ -153,17 +155,14 @@ def plan_memory(graph: LoopGraph, steps, out_externs: frozenset = frozenset()) -
     return tuple(out)
 
 
-def _alias_places(views, steps, nodes: dict, produced_at: dict) -> tuple[dict, dict]:
+def _alias_places(views, first: dict, produced_at: dict) -> tuple[dict, dict]:
     """(views to alias just before step k, views to alias just after step k; k = -1: first).
 
     A view is made just before the first step that reads it, not as soon as its base exists: a
     transformer's wrapper transposes every weight matrix (72 views for BERT-base, 0.6 us each)
     and made them all before its first launch, so the device sat idle that long at each call.
-    A view no step reads (a returned one) is made once its base exists."""
-    first: dict[str, int] = {}
-    for k, step in enumerate(steps):
-        for name in _reads(step, nodes):
-            first.setdefault(name, k)
+    A view no step reads (a returned one) is made once its base exists. `first`: the first
+    step reading each name."""
     before, after = defaultdict(list), defaultdict(list)
     for v in views:
         made = produced_at.get(v.base, -1)

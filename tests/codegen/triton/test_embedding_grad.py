@@ -34,20 +34,20 @@ def _inputs():
     return [torch.randn(B, T, D), torch.randn(B, T, V), torch.randint(0, V, (B, T))]
 
 
+def _layouts(gm) -> dict:
+    return {
+        n.name: (tuple(v.shape), tuple(v.stride()), v.dtype)
+        for n in gm.graph.nodes
+        if isinstance(v := n.meta.get("val"), torch.Tensor)
+    }
+
+
 def _rewritten(fn, inputs, expect: int):
     gm = make_fx(fn, tracing_mode="fake")(*inputs)
     assert scatter_embedding_grads(gm) == expect
-    layouts = {
-        n.name: (tuple(v.shape), tuple(v.stride()), v.dtype)
-        for n in gm.graph.nodes
-        if isinstance(v := n.meta.get("val"), torch.Tensor)
-    }
+    kept = _layouts(gm)
     FakeTensorProp(gm, FakeTensorMode()).propagate(*inputs)  # the rewrite's `val`s hold
-    assert layouts == {
-        n.name: (tuple(v.shape), tuple(v.stride()), v.dtype)
-        for n in gm.graph.nodes
-        if isinstance(v := n.meta.get("val"), torch.Tensor)
-    }
+    assert _layouts(gm) == kept
     return gm
 
 
