@@ -40,7 +40,7 @@ def _hf_dims(size: str, large: tuple) -> tuple[int, int, int, int, int, int]:
 
 
 _GPT2_LARGE = (12, 768, 12, 50257, 8, 512)  # GPT-2 small
-_BERT_LARGE = (12, 768, 12, 30522, 8, 512)  # BERT-base
+_BERT_LARGE = (12, 768, 12, 30522, 16, 256)  # BERT-base at issue 6's 16 × 256 (8 × 512 before)
 _LLAMA_LARGE = (12, 1024, 16, 32000, 8, 512)  # a ~250M-parameter Llama-style decoder
 
 

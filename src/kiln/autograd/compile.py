@@ -6,6 +6,8 @@ gives a callable that takes the flat inputs positionally and returns what the gr
 
 The pipeline, one named call a pass (`_compile_entry`):
 
+    simplify_attention_masks     once a graph: constant attention masks that mask nothing or
+                                 are causal leave the SDPA call (its fused kernels take no mask)
     analyze                      fake run: mutated inputs, output aliasing, requires_grad
     trace_inference              no gradient needed: one functional decomposed graph, or
     trace_functional_forward  -> trace_joint -> partition_joint
@@ -37,6 +39,7 @@ import torch.fx
 from .. import logs
 from . import decomps
 from .analyze import analyze
+from .attention_masks import simplify_attention_masks
 from .partition import Partition, partition_joint
 from .runtime import InferenceEntry, TrainingEntry, TrainingPlan
 from .tracing import trace_functional_forward, trace_inference, trace_joint
@@ -185,6 +188,8 @@ def aot_compile(
     `partition` is `"min_cut"` (recompute cheap ops in the backward) or `"save_all"`.
     The entry for `example_inputs` (under the current grad mode) is compiled right away.
     """
+    for note in simplify_attention_masks(gm):
+        logs.log("aot_graphs", note)
     if decompositions is None:
         logs.once("aot-decomps", "aot_graphs", "kiln decomposition table:\n" + decomps.describe())
     compiled = AotCompiled(

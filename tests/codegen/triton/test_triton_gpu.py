@@ -301,3 +301,39 @@ def test_attention_training_step_never_waits_for_the_gpu():
     model(x).backward()
     for g, p in zip(got, model.parameters()):
         torch.testing.assert_close(g, p.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_a_mask_that_masks_nothing_leaves_attention_on_a_fused_kernel():
+    """transformers under a compiler gives BERT an all-true mask built from `arange`; kiln
+    drops it, so SDPA takes a fused kernel (eager BERT, given no mask, takes cuDNN's) instead
+    of the math path's float32 products and softmax. Outputs match eager."""
+    import kiln
+    from kiln.autograd import aot_compile
+    from kiln.autograd.backend import eager_graph
+
+    def attention(q, k, v):
+        n = q.shape[-2]
+        mask = (torch.arange(n, device=q.device)[None, None, :, None] >= 0).expand(
+            q.shape[0], -1, n, n
+        )
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.125)
+
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return eager_graph(gm, example_inputs)
+
+    def backend(gm, example_inputs):
+        return aot_compile(gm, example_inputs, fw_compiler=record, bw_compiler=record)
+
+    # BERT-base's attention at 16 x 256, heads split from one projection as transformers does
+    x = [cuda(16, 256, 768, dtype=torch.bfloat16) for _ in range(3)]
+    q, k, v = (t.view(16, 256, 12, 64).transpose(1, 2) for t in x)
+    with torch.no_grad():
+        kiln.compile(attention, backend=backend)(q, k, v)
+        targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
+        fused = [t for t in targets if t.startswith("aten._scaled_dot_product_")]
+        assert fused and not any("math" in t for t in fused), sorted(targets)
+        out = kiln.compile(lambda *qkv: attention(*qkv))(q, k, v)  # the builtin backend
+    torch.testing.assert_close(out, attention(q, k, v), atol=2e-2, rtol=2e-2)
