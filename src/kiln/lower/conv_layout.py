@@ -1,7 +1,8 @@
-"""Channels-last convolutions on the CPU: a graph pass on the ATen graph, before lowering.
+"""Channels-last convolutions: a graph pass on the ATen graph, before lowering.
 
-Takes a CPU ATen `GraphModule` with its example inputs; gives the same graph (changed in
-place) where every 2-D convolution reads a channels-last input: a `clone(memory_format=
+Takes an ATen `GraphModule` with its example inputs (CPU: `lower_graph` runs it; CUDA: the
+Triton path runs it on the real device, before lowering on CPU stand-ins); gives the same graph
+(changed in place) where every 2-D convolution reads a channels-last input: a `clone(memory_format=
 channels_last)` goes in front of a convolution whose input is not channels-last already, and
 fake tensors are propagated again, so the convolution's output and the batch norms, ReLUs and
 residual adds after it are channels-last too (eager's own memory-format rules), and the next
@@ -15,7 +16,10 @@ convolution's backward.
 
 Why it exists: oneDNN's direct convolution is faster on channels-last data: 0.43 -> 0.30 ms
 for the 16-channel 32x32 3x3 convolutions of the suite's ResNet (one thread), and convolutions
-are 80% of that model's time. Inductor makes the same choice (its layout optimization).
+are 80% of that model's time. On the GPU, cuDNN's bfloat16 convolutions run on NHWC data and,
+given NCHW, transpose in and out around every call: 6.3 ms of the 14.9 ms of GPU time of the
+suite's ResNet-18 (batch 64, 224x224) on an H200. Inductor makes the same choice (its layout
+optimization).
 """
 
 from __future__ import annotations

@@ -337,3 +337,36 @@ def test_a_mask_that_masks_nothing_leaves_attention_on_a_fused_kernel():
         assert fused and not any("math" in t for t in fused), sorted(targets)
         out = kiln.compile(lambda *qkv: attention(*qkv))(q, k, v)  # the builtin backend
     torch.testing.assert_close(out, attention(q, k, v), atol=2e-2, rtol=2e-2)
+
+
+def test_convolutions_read_channels_last_on_the_gpu():
+    """An NCHW convolution network gets channels-last convolution inputs (cuDNN's bfloat16
+    convolutions run NHWC and otherwise transpose in and out around every call); the pass runs
+    on the real device, before lowering on CPU stand-ins, so the graph stays on Triton."""
+    from kiln.autograd.decomps import default_decompositions
+    from kiln.codegen.triton import TritonCompiledGraph, compile_graph_strict
+
+    torch.manual_seed(0)
+    conv = torch.nn.Sequential(
+        torch.nn.Conv2d(16, 32, 3, padding=1, bias=False),
+        torch.nn.BatchNorm2d(32),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 32, 3, padding=1),
+    )
+    conv = conv.cuda().to(torch.bfloat16).eval()
+
+    def fn(x):  # pooled, as a classifier's head reads it: the output's layout is eager's
+        return (conv(x).relu().mean((2, 3)),)
+
+    x = cuda(8, 16, 32, 32, dtype=torch.bfloat16)
+    with torch.no_grad():
+        gm = make_fx(fn, decomposition_table=default_decompositions())(x)
+        compiled = compile_graph_strict(gm, [x])
+        assert isinstance(compiled, TritonCompiledGraph)
+        convs = [n for n in gm.graph.nodes if n.target is torch.ops.aten.convolution.default]
+        assert convs and all(
+            c.args[0].meta["val"].is_contiguous(memory_format=torch.channels_last) for c in convs
+        )
+        fresh = cuda(8, 16, 32, 32, dtype=torch.bfloat16)
+        (out,) = compiled(fresh)
+        torch.testing.assert_close(out, fn(fresh)[0], atol=5e-2, rtol=2e-2)

@@ -24,6 +24,7 @@ import torch
 
 from ... import logs
 from ...lower import GraphUnsupported, extern_summary, lower_graph
+from ...lower.conv_layout import channels_last_convolutions
 from ...lower.graph import ensure_meta
 from ...lower.ir import LoopGraph
 from ...lower.layouts import empty_with_layout
@@ -241,6 +242,7 @@ def _lower_on_any_device(gm, example_inputs) -> LoopGraph:
     if not on_device:
         return lower_graph(gm, example_inputs, indirect_loads=False)  # Triton prints none
     ensure_meta(gm, example_inputs)  # on the real device, before the stand-ins
+    channels_last_convolutions(gm, example_inputs)  # lower_graph would do it on the stand-ins
     real: dict = {}
     inputs = [_standin(t) if isinstance(t, torch.Tensor) else t for t in example_inputs]
     graph = lower_graph(_StandinModule(gm, real), inputs, indirect_loads=False)
