@@ -1,0 +1,108 @@
+"""A cold compile split by phase: the imports kiln's first call makes, then each pass (GPU).
+
+Builds `MODELS[name]` (benchmarks/models, size "large"; bfloat16, or float32 with --train), runs
+it eagerly once, then, with fresh cache folders, times the first compiled call. For kiln, the
+imports its first call makes are timed first, one by one (`kiln.codegen`, which brings sympy;
+the first `FakeTensorMode()`, which imports `torch._dynamo`), and the autograd and Triton passes
+are wrapped in timers. For torch.compile, `import torch._dynamo` is timed, then the first call.
+Unlike `compile_profile.py` there is no profiler, so the figures are wall times a user sees.
+
+Usage: PYTHONPATH=src python3 benchmarks/compile_phases.py MODEL [--train] [--compiler torch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+_AUTOGRAD = (
+    "analyze",
+    "trace_inference",
+    "trace_functional_forward",
+    "trace_joint",
+    "partition_joint",
+)
+_TRITON = ("_lower_on_any_device", "schedule", "render_module", "render_wrapper", "load")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--train", action="store_true")
+    ap.add_argument("--compiler", choices=("kiln", "torch"), default="kiln")
+    args = ap.parse_args()
+    cache = tempfile.mkdtemp(prefix="kiln-compile-phases-")
+    for var in ("KILN_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        os.environ[var] = os.path.join(cache, var.lower())
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    import torch
+
+    from kiln.bench.suite import load_models
+
+    models = load_models(os.path.join(ROOT, "benchmarks", "models"))
+    dtype = torch.float32 if args.train else torch.bfloat16
+    model, inputs = models[args.model].factory("cuda", dtype, "large", 0)
+    model.train(args.train)
+
+    def step(fn):
+        with torch.set_grad_enabled(args.train):
+            out = fn(*inputs)
+            if args.train:
+                outs = out if isinstance(out, tuple) else (out,)
+                sum(o.float().sum() for o in outs).backward()
+        torch.cuda.synchronize()
+
+    step(model)
+    times: dict[str, float] = {}
+
+    def timed(label, fn):
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            start = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                times[label] = times.get(label, 0.0) + time.perf_counter() - start
+
+        return wrapper
+
+    def imported(label, thunk):
+        start = time.perf_counter()
+        thunk()
+        times[label] = time.perf_counter() - start
+
+    total = time.perf_counter()
+    if args.compiler == "kiln":
+        import kiln
+
+        imported("import kiln.codegen (sympy)", lambda: __import__("kiln.codegen"))
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        imported("first FakeTensorMode() (imports torch._dynamo)", FakeTensorMode)
+        import kiln.autograd.compile as aot
+        import kiln.codegen.triton as triton_codegen
+
+        for module, names in ((aot, _AUTOGRAD), (triton_codegen, _TRITON)):
+            for name in names:
+                setattr(module, name, timed(name, getattr(module, name)))
+        compiled = kiln.compile(model)
+    else:
+        imported("import torch._dynamo", lambda: __import__("torch._dynamo"))
+        compiled = torch.compile(model)
+    start = time.perf_counter()
+    step(compiled)
+    times["first call (capture, compile, run)"] = time.perf_counter() - start
+    mode = "train" if args.train else "inference"
+    print(f"{args.model} {mode} {args.compiler}: {time.perf_counter() - total:.2f} s in all")
+    for label, seconds in times.items():
+        print(f"  {label:50s} {seconds:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
