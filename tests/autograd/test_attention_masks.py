@@ -141,6 +141,31 @@ def test_other_masks_stay(fn):
     assert isinstance(_mask_and_causal(call)[0], torch.fx.Node)
 
 
+def test_a_mask_from_a_dynamic_size_stays():
+    """With dynamic shapes the sequence length is read off an input: `pos < 10` holds for the
+    example's 8 positions and not for 12, so the mask must stay in the graph."""
+    graphs = []
+
+    def grab(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def short_window(q, k, v):
+        n = q.shape[-2]
+        mask = (torch.arange(n)[None, :] < 10).expand(n, n)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    compiled = kiln.compile(short_window, backend=grab, dynamic=True)
+    for n in (8, 12):
+        q, k, v = _qkv(length=n, seed=n)
+        torch.testing.assert_close(compiled(q, k, v), short_window(q, k, v))
+    assert simplify_attention_masks(graphs[-1]) == []
+    ours = kiln.compile(lambda *qkv: short_window(*qkv), dynamic=True)  # kiln's own backend
+    for n in (8, 12):
+        q, k, v = _qkv(length=n, seed=n + 1)
+        torch.testing.assert_close(ours(q, k, v), short_window(q, k, v), rtol=1e-5, atol=1e-5)
+
+
 def test_a_random_mask_stays():
     def dropout_mask(q, k, v):
         n = q.shape[-2]

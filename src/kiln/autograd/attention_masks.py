@@ -112,7 +112,10 @@ def _constant_subgraph(mask: torch.fx.Node) -> list[torch.fx.Node] | None:
             return None
         val = _example(n)
         if isinstance(val, torch.Tensor):
-            nbytes += val.untyped_storage().nbytes()
+            size = val.untyped_storage().nbytes()
+            if not isinstance(size, int):  # symbolic: a dynamic size, not a constant
+                return None
+            nbytes += size
             if nbytes > _MAX_BYTES:
                 return None
         stack.extend(n.all_input_nodes)
