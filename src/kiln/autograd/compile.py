@@ -15,7 +15,9 @@ The pipeline, one named call a pass (`_compile_entry`):
     fw_compiler / bw_compiler    the next stage (eager ATen for aot_eager)
 
 A compiled callable holds one entry per (grad mode, which inputs require grad, non-tensor input
-values): the same graph called under `torch.no_grad()` compiles once more, forward only.
+values; for a graph capture made with dynamic sizes, the input shapes too, since the code
+generators compile for concrete sizes): the same graph called under `torch.no_grad()` compiles
+once more, forward only.
 Capture guards shapes and dtypes, so they are not part of the key. When capture also guards
 everything the key is made of (`gm.meta["kiln_fixed_call_key"]`: every input a tensor whose
 requires_grad is guarded, and the grad mode), there is one entry and no key is computed per call:
@@ -75,7 +77,10 @@ class AotCompiled:
         self.partition = partition
         self.entries: dict[tuple, InferenceEntry | TrainingEntry] = {}
         # capture's guards fix the key (see the module doc): the one entry, once compiled
+        # a graph with dynamic sizes is compiled once per input shape (see `shape_key`)
+        self.dynamic = has_symbolic_sizes(gm)
         self.fixed_key = bool(getattr(gm, "meta", {}).get("kiln_fixed_call_key"))
+        self.fixed_key = self.fixed_key and not self.dynamic
         self.only: InferenceEntry | TrainingEntry | None = None
         self.partitions: dict[tuple, Partition] = {}  # training entries' partition records
 
@@ -100,8 +105,12 @@ class AotCompiled:
         if only is not None:
             return only(args)
         key = self.key(args)
+        if self.dynamic:
+            key = (*key, shape_key(args))
         entry = self.entries.get(key)
         if entry is None:
+            if self.dynamic and self.entries:
+                logs.log("recompiles", lambda: _specializing(args))
             entry = self.entries[key] = self._compile_entry(list(args), key)
         if self.fixed_key:
             self.only = entry
@@ -137,6 +146,35 @@ class AotCompiled:
             clone_saved=_saved_mutated_inputs(part, meta.mutated, args),
         )
         return TrainingEntry(meta, plan, _all_tensors(args))
+
+
+def has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:
+    """Whether capture gave the graph dynamic sizes (placeholders whose example values have
+    symbolic sizes). kiln's code generators compile for concrete sizes, so such a graph gets
+    an entry per input shape: a new shape compiles again instead of reaching a compiled graph
+    that was made for another one."""
+    for n in gm.graph.find_nodes(op="placeholder"):
+        val = n.meta.get("example_value", n.meta.get("val"))
+        if isinstance(val, torch.Tensor) and any(
+            not isinstance(d, int) for d in (*val.shape, *val.stride())
+        ):
+            return True
+        if isinstance(val, torch.SymInt):
+            return True
+    return False
+
+
+def shape_key(args) -> tuple:
+    """The shapes of a call's tensors: the part of a dynamic graph's entry key that capture's
+    guards leave open."""
+    return tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+
+
+def _specializing(args) -> str:
+    return (
+        "a graph with dynamic sizes is compiled again for input shapes "
+        f"{list(shape_key(args))}: kiln's code generators compile for concrete sizes"
+    )
 
 
 def _all_tensors(args: list) -> bool:
@@ -201,6 +239,8 @@ def aot_compile(
         partition,
     )
     key = compiled.key(example_inputs)
+    if compiled.dynamic:
+        key = (*key, shape_key(example_inputs))
     entry = compiled.entries[key] = compiled._compile_entry(list(example_inputs), key)
     if compiled.fixed_key:  # calls after this one skip the key (the first may not come here)
         compiled.only = entry
