@@ -18,7 +18,7 @@ A compiled callable holds one entry per (grad mode, which inputs require grad, n
 values; for a graph capture made with dynamic sizes, the input shapes too, since the code
 generators compile for concrete sizes): the same graph called under `torch.no_grad()` compiles
 once more, forward only.
-Capture guards shapes and dtypes, so they are not part of the key. When capture also guards
+Capture guards static shapes and dtypes, so they are not part of the key. When capture also guards
 everything the key is made of (`gm.meta["kiln_fixed_call_key"]`: every input a tensor whose
 requires_grad is guarded, and the grad mode), there is one entry and no key is computed per call:
 a model passes each parameter, and the key cost a pass over all of them.
