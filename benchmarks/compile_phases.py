@@ -1,10 +1,11 @@
 """A cold compile split by phase: the imports kiln's first call makes, then each pass (GPU).
 
-Builds `MODELS[name]` (benchmarks/models, size "large"; bfloat16, or float32 with --train), runs
-it eagerly once, then, with fresh cache folders, times the first compiled call. For kiln, the
-imports its first call makes are timed first, one by one (`kiln.codegen`, which brings sympy;
-the first `FakeTensorMode()`, which imports `torch._dynamo`), and the autograd and Triton passes
-are wrapped in timers. For torch.compile, `import torch._dynamo` is timed, then the first call.
+Builds `MODELS[name]` (benchmarks/models, size "large"; bfloat16, or float32 with --train),
+runs it eagerly once (`compile_profile.cold_model`), then, with fresh cache folders, times the
+first compiled call. For kiln, the imports its first call makes are timed first, one by one
+(`kiln.codegen`, which brings sympy; the first `FakeTensorMode()`, which imports
+`torch._dynamo`), and the autograd and Triton passes are wrapped in timers. For torch.compile,
+`import torch._dynamo` is timed, then the first call.
 Unlike `compile_profile.py` there is no profiler, so the figures are wall times a user sees.
 
 Usage: PYTHONPATH=src python3 benchmarks/compile_phases.py MODEL [--train] [--compiler torch]
@@ -16,10 +17,10 @@ import argparse
 import functools
 import os
 import sys
-import tempfile
 import time
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compile_profile import cold_model  # noqa: E402
 
 _AUTOGRAD = (
     "analyze",
@@ -37,28 +38,10 @@ def main() -> None:
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--compiler", choices=("kiln", "torch"), default="kiln")
     args = ap.parse_args()
-    cache = tempfile.mkdtemp(prefix="kiln-compile-phases-")
-    for var in ("KILN_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
-        os.environ[var] = os.path.join(cache, var.lower())
-    sys.path.insert(0, os.path.join(ROOT, "src"))
+    dtype = "float32" if args.train else "bfloat16"
+    model, step = cold_model(args.model, "cuda", dtype, args.train, "kiln-compile-phases-")
     import torch
 
-    from kiln.bench.suite import load_models
-
-    models = load_models(os.path.join(ROOT, "benchmarks", "models"))
-    dtype = torch.float32 if args.train else torch.bfloat16
-    model, inputs = models[args.model].factory("cuda", dtype, "large", 0)
-    model.train(args.train)
-
-    def step(fn):
-        with torch.set_grad_enabled(args.train):
-            out = fn(*inputs)
-            if args.train:
-                outs = out if isinstance(out, tuple) else (out,)
-                sum(o.float().sum() for o in outs).backward()
-        torch.cuda.synchronize()
-
-    step(model)
     times: dict[str, float] = {}
 
     def timed(label, fn):

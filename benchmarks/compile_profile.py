@@ -24,6 +24,35 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
+def cold_model(name: str, device: str, dtype: str, train: bool, prefix: str):
+    """Fresh, empty cache folders; suite model `name` (size "large") built and run once
+    eagerly, so CUDA and cuBLAS start-up are not counted, as in `kiln bench`. Gives the model
+    and `step(fn)`: one call of `fn` on the model's inputs (with backward when `train`),
+    synchronized."""
+    cache = tempfile.mkdtemp(prefix=prefix)
+    for var in ("KILN_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        os.environ[var] = os.path.join(cache, var.lower())
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    import torch
+
+    from kiln.bench.suite import load_models
+
+    models = load_models(os.path.join(ROOT, "benchmarks", "models"))
+    model, inputs = models[name].factory(device, getattr(torch, dtype), "large", 0)
+    model.train(train)
+
+    def step(fn):
+        with torch.set_grad_enabled(train):
+            out = fn(*inputs)
+            if train:
+                sum(o.float().sum() for o in (out if isinstance(out, tuple) else (out,))).backward()
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    step(model)
+    return model, step
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -32,39 +61,21 @@ def main() -> None:
     ap.add_argument("--device", default=None)
     ap.add_argument("--train", action="store_true")
     args = ap.parse_args()
-    cache = tempfile.mkdtemp(prefix="kiln-compile-profile-")
-    for var in ("KILN_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
-        os.environ[var] = os.path.join(cache, var.lower())
-    sys.path.insert(0, os.path.join(ROOT, "src"))
     import torch
 
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    model, step = cold_model(args.model, device, dtype, args.train, "kiln-compile-profile-")
     import kiln
-    from kiln.bench.suite import load_models
     from kiln.runtime import triton_builder
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    models = load_models(os.path.join(ROOT, "benchmarks", "models"))
-    model, inputs = models[args.model].factory(device, dtype, "large", 0)
-    model.train(args.train)
-
-    def step(fn):
-        out = fn(*inputs)
-        if args.train:
-            loss = sum(o.float().sum() for o in (out if isinstance(out, tuple) else (out,)))
-            loss.backward()
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    with torch.set_grad_enabled(args.train):
-        step(model)
-        prof = cProfile.Profile()
-        t0 = time.perf_counter()
-        prof.enable()
-        compiled = kiln.compile(model, mode=args.mode)
-        step(compiled)
-        prof.disable()
-        wall = time.perf_counter() - t0
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    compiled = kiln.compile(model, mode=args.mode)
+    step(compiled)
+    prof.disable()
+    wall = time.perf_counter() - t0
     print(f"{args.model} mode={args.mode} device={device}: cold compile + first call {wall:.2f} s")
     print(f"triton builder: {triton_builder.STATS}")
     stats = pstats.Stats(prof)

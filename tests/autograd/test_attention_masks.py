@@ -16,13 +16,19 @@ import kiln
 from kiln.autograd.attention_masks import simplify_attention_masks
 
 
-def _captured(fn, *inputs) -> torch.fx.GraphModule:
+def _grabbing() -> tuple[list, object]:
+    """A backend that keeps each captured graph (in the list) and runs it as it is."""
     graphs = []
 
     def grab(gm, example_inputs):
         graphs.append(gm)
         return gm.forward
 
+    return graphs, grab
+
+
+def _captured(fn, *inputs) -> torch.fx.GraphModule:
+    graphs, grab = _grabbing()
     kiln.compile(fn, backend=grab, fullgraph=True)(*inputs)
     assert len(graphs) == 1
     return graphs[0]
@@ -144,11 +150,7 @@ def test_other_masks_stay(fn):
 def test_a_mask_from_a_dynamic_size_stays():
     """With dynamic shapes the sequence length is read off an input: `pos < 10` holds for the
     example's 8 positions and not for 12, so the mask must stay in the graph."""
-    graphs = []
-
-    def grab(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
+    graphs, grab = _grabbing()
 
     def short_window(q, k, v):
         n = q.shape[-2]

@@ -44,6 +44,7 @@ def simplify_attention_masks(gm: torch.fx.GraphModule) -> list[str]:
     """Rewrite each SDPA call whose mask is a constant that masks nothing or is causal."""
     notes: list[str] = []
     values: dict[torch.fx.Node, torch.Tensor | None] = {}  # one mask often serves every layer
+    verdicts: dict[tuple, str | None] = {}  # (mask, scores' shape) -> what the mask is
     subgraphs: list[list[torch.fx.Node]] = []
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target is not _SDPA:
@@ -55,7 +56,13 @@ def simplify_attention_masks(gm: torch.fx.GraphModule) -> list[str]:
             sub = _constant_subgraph(mask)
             values[mask] = None if sub is None else _evaluate(sub, mask)
             subgraphs.append(sub or [])
-        note = _simplify(node, mask, values[mask])
+        q, k = (_example(a) for a in node.args[:2])
+        if values[mask] is None or q is None or k is None:
+            continue
+        scores = (*q.shape[:-1], k.shape[-2])
+        if (mask, scores) not in verdicts:
+            verdicts[mask, scores] = _verdict(values[mask], scores)
+        note = _rewrite(node, mask, verdicts[mask, scores])
         if note:
             notes.append(note)
     if notes:
@@ -68,26 +75,32 @@ def simplify_attention_masks(gm: torch.fx.GraphModule) -> list[str]:
     return notes
 
 
-def _simplify(call: torch.fx.Node, mask: torch.fx.Node, value: torch.Tensor | None) -> str | None:
-    q, k = (_example(a) for a in call.args[:2])
-    if value is None or q is None or k is None:
-        return None
-    scores = (*q.shape[:-1], k.shape[-2])
+def _verdict(value: torch.Tensor, scores: tuple) -> str | None:
+    """What a mask value is against attention scores of shape `scores`: "nothing" (it masks
+    nothing), "causal" (the causal triangle) or None."""
     try:
         if torch.broadcast_shapes(tuple(value.shape), scores) != torch.Size(scores):
             return None  # the mask would widen the result: not a no-op to drop
     except RuntimeError:
         return None
-    where = f"scaled_dot_product_attention `{call.name}`: mask `{mask.name}`"
     if _masks_nothing(value):
-        _set(call, _MASK_POS, "attn_mask", None)
-        return f"{where} is a constant that masks nothing: dropped"
-    if value.dtype == torch.bool and not _arg(call, _CAUSAL_POS, "is_causal", False):
+        return "nothing"
+    if value.dtype == torch.bool:
         causal = torch.ones(scores[-2:], dtype=torch.bool, device=value.device).tril()
         if bool((value == causal).all()):
-            _set(call, _MASK_POS, "attn_mask", None)
-            _set(call, _CAUSAL_POS, "is_causal", True)
-            return f"{where} is the causal triangle: is_causal=True, mask dropped"
+            return "causal"
+    return None
+
+
+def _rewrite(call: torch.fx.Node, mask: torch.fx.Node, verdict: str | None) -> str | None:
+    where = f"scaled_dot_product_attention `{call.name}`: mask `{mask.name}`"
+    if verdict == "nothing":
+        _set(call, _MASK_POS, "attn_mask", None)
+        return f"{where} is a constant that masks nothing: dropped"
+    if verdict == "causal" and not _arg(call, _CAUSAL_POS, "is_causal", False):
+        _set(call, _MASK_POS, "attn_mask", None)
+        _set(call, _CAUSAL_POS, "is_causal", True)
+        return f"{where} is the causal triangle: is_causal=True, mask dropped"
     return None
 
 

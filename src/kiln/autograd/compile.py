@@ -76,11 +76,11 @@ class AotCompiled:
         self.decompositions = decompositions
         self.partition = partition
         self.entries: dict[tuple, InferenceEntry | TrainingEntry] = {}
-        # capture's guards fix the key (see the module doc): the one entry, once compiled
-        # a graph with dynamic sizes is compiled once per input shape (see `shape_key`)
+        # a graph with dynamic sizes is compiled once per input shape (see `entry_key`)
         self.dynamic = has_symbolic_sizes(gm)
-        self.fixed_key = bool(getattr(gm, "meta", {}).get("kiln_fixed_call_key"))
-        self.fixed_key = self.fixed_key and not self.dynamic
+        # capture's guards fix the key (see the module doc): the one entry, once compiled
+        fixed = bool(getattr(gm, "meta", {}).get("kiln_fixed_call_key"))
+        self.fixed_key = fixed and not self.dynamic
         self.only: InferenceEntry | TrainingEntry | None = None
         self.partitions: dict[tuple, Partition] = {}  # training entries' partition records
 
@@ -100,13 +100,16 @@ class AotCompiled:
                 rg.append(t)
         return (torch.is_grad_enabled(), tuple(rg))
 
+    def entry_key(self, args) -> tuple:
+        """`key`, and for a graph with dynamic sizes the input shapes (`shape_key`)."""
+        key = self.key(args)
+        return (*key, shape_key(args)) if self.dynamic else key
+
     def __call__(self, *args: Any) -> Any:
         only = self.only
         if only is not None:
             return only(args)
-        key = self.key(args)
-        if self.dynamic:
-            key = (*key, shape_key(args))
+        key = self.entry_key(args)
         entry = self.entries.get(key)
         if entry is None:
             if self.dynamic and self.entries:
@@ -238,9 +241,7 @@ def aot_compile(
         decomps.default_decompositions() if decompositions is None else decompositions,
         partition,
     )
-    key = compiled.key(example_inputs)
-    if compiled.dynamic:
-        key = (*key, shape_key(example_inputs))
+    key = compiled.entry_key(example_inputs)
     entry = compiled.entries[key] = compiled._compile_entry(list(example_inputs), key)
     if compiled.fixed_key:  # calls after this one skip the key (the first may not come here)
         compiled.only = entry
