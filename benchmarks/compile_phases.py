@@ -22,13 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compile_profile import cold_model  # noqa: E402
 
-_AUTOGRAD = (
-    "analyze",
-    "trace_inference",
-    "trace_functional_forward",
-    "trace_joint",
-    "partition_joint",
-)
+_AUTOGRAD = ("analyze", "trace_inference", "trace_training", "partition_joint")
 _TRITON = ("_lower_on_any_device", "schedule", "render_module", "render_wrapper", "load")
 
 
@@ -85,6 +79,15 @@ def main() -> None:
     print(f"{args.model} {mode} {args.compiler}: {time.perf_counter() - total:.2f} s in all")
     for label, seconds in times.items():
         print(f"  {label:50s} {seconds:6.2f}")
+    if args.compiler == "kiln":
+        from triton.runtime.cache import triton_key
+
+        from kiln.runtime.triton_builder import STATS
+
+        print(
+            f"  kernels loaded by hash: {STATS['preloaded']} of {STATS['warmed']} compiled in "
+            f"workers; Triton's own hash computed here: {triton_key.cache_info().misses > 0}"
+        )
 
 
 if __name__ == "__main__":

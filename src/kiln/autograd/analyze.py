@@ -90,6 +90,9 @@ class GraphMeta:
     fresh_requires_grad: list[bool] = field(default_factory=list)
     grad_mode_nodes: bool = False
     final_grad_mode: bool = True
+    # (shape, dtype, device) of each value a functional trace returns, in its order: mutated
+    # inputs, fresh outputs, bases (the shapes of the tangents a joint trace takes)
+    value_specs: list[tuple] = field(default_factory=list)
 
     @property
     def needs_autograd(self) -> bool:
@@ -139,6 +142,9 @@ def analyze(gm: torch.fx.GraphModule, inputs: list, grad_enabled: bool) -> Graph
     input_storages = {pos: _storage(fakes[pos]) for pos in tensor_pos}
     for j, o in enumerate(flat):
         meta.outputs.append(_classify(j, o, flat, fakes, input_storages, node_of, meta))
+    fresh = [o for o, a in zip(flat, meta.outputs) if a.kind == "fresh"]
+    values = [fakes[i] for i in meta.mutated] + fresh + [interp.values[b] for b in meta.bases]
+    meta.value_specs = [(tuple(v.shape), v.dtype, v.device) for v in values]
     return meta
 
 

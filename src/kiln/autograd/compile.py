@@ -10,8 +10,9 @@ The pipeline, one named call a pass (`_compile_entry`):
                                  are causal leave the SDPA call (its fused kernels take no mask)
     analyze                      fake run: mutated inputs, output aliasing, requires_grad
     trace_inference              no gradient needed: one functional decomposed graph, or
-    trace_functional_forward  -> trace_joint -> partition_joint
-                                 training: functional forward, joint fw+bw, min-cut split
+    trace_training -> partition_joint
+                                 training: joint fw+bw (one trace, or two when an input is
+                                 mutated), min-cut split
     fw_compiler / bw_compiler    the next stage (eager ATen for aot_eager)
 
 A compiled callable holds one entry per (grad mode, which inputs require grad, non-tensor input
@@ -44,7 +45,7 @@ from .analyze import analyze
 from .attention_masks import simplify_attention_masks
 from .partition import Partition, partition_joint
 from .runtime import InferenceEntry, TrainingEntry, TrainingPlan
-from .tracing import trace_functional_forward, trace_inference, trace_joint
+from .tracing import trace_inference, trace_training
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
 
@@ -128,8 +129,7 @@ class AotCompiled:
             compiled = self.inference_compiler(fwd.gm, _example_inputs(fwd.gm))
             return InferenceEntry(meta, compiled, _all_tensors(args))
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        fwd = trace_functional_forward(self.gm, meta, args, grad_enabled)
-        joint = trace_joint(fwd, tensors, self.decompositions)
+        joint = trace_training(self.gm, meta, args, grad_enabled, self.decompositions)
         part = partition_joint(joint, self.partition)
         self.partitions[key] = part
         logs.log("aot_graphs", lambda: _describe_partition(part))

@@ -199,7 +199,7 @@ def partition_joint(joint: Joint, strategy: str = "min_cut") -> Partition:
     primals = placeholders[: joint.num_primals]
     tangents = placeholders[joint.num_primals :]
     outs = _outputs(joint.gm)
-    n_fw = joint.forward.num_outputs
+    n_fw = joint.num_fw_outputs
     fw_outs, grads = outs[:n_fw], outs[n_fw:]
 
     tangent_dep: set[torch.fx.Node] = set(tangents)

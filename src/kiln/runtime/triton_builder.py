@@ -13,8 +13,9 @@ launched with; gives the imported module, whose attributes are the `@triton.jit`
   in parallel worker processes (triton_workers.py), which fill that cache: the parent asks
   Triton how each launch will be specialized (`specializations`, no compiling) and the
   workers compile exactly that, and build the kernels' C launchers, without importing torch.
-  The launches in the parent then only load binaries. A worker failure is not an error: the
-  parent compiles that kernel itself at its first launch.
+  Each worker reports its kernel's Triton cache hash; the parent loads the binaries by those
+  hashes (`_preload`), so it never hashes Triton's own files for a cache key. A worker
+  failure is not an error: the parent compiles that kernel itself at its first launch.
 * Under `TRITON_INTERPRET=1` nothing is compiled; the module's `libdevice` is replaced by the
   NumPy stand-in of runtime/triton_interpret.py.
 
@@ -46,6 +47,7 @@ MAX_WORKERS = 16  # a ResNet-50's 49 kernels kept 8 workers busy 4.7 s on the 16
 
 _loaded: dict[str, object] = {}
 STATS = {"loads": 0, "memory_hits": 0, "disk_hits": 0, "warmed": 0, "warm_seconds": 0.0}
+STATS["preloaded"] = 0  # kernels the workers compiled that the parent loaded by hash
 # The last parallel compile (`benchmarks/compile_profile.py` prints them): seconds from the
 # pool's start until the parent handed out kernels and until the last worker was ready; the
 # slowest kernel's compile seconds, and all kernels' compile seconds added up.
@@ -153,15 +155,50 @@ def prestart() -> None:
 
 def _hash_triton() -> None:
     """Triton's hash of its own files, part of every cache key and computed once a process
-    (~0.4 s on the H200 host), run while the workers compile. Not in a thread beside lowering:
-    it reads and hashes libtriton in a few hundred chunks, each giving up the GIL and waiting
-    up to a switch interval to get it back (2.5 s in all for BERT)."""
+    (~0.4 s on the H200 host), run while the workers compile when the parent will compile some
+    kernel itself (one without a specialization; the others it loads by hash, `_preload`).
+    Not in a thread beside lowering: it reads and hashes libtriton in a few hundred chunks,
+    each giving up the GIL and waiting up to a switch interval to get it back (2.5 s in all
+    for BERT)."""
     try:
         from triton.runtime.cache import triton_key
 
         triton_key()
     except Exception:  # the first launch meets it again and reports it
         pass
+
+
+def _preload(jit, specialization: str, kernel_hash: str) -> bool:
+    """Put the kernel a worker compiled for `specialization` into `jit`'s in-memory cache, read
+    from Triton's disk cache under the hash the worker reported, as Triton's `compile` reads a
+    cache hit. The first launch then finds it there. Otherwise that launch's `compile` would
+    compute the cache key, which hashes Triton's own files (`triton_key`: libtriton is 400 MB,
+    about 0.4 s on the H200 host, once a process): the workers have computed it already. Only
+    `compile` of this one `JITFunction` is replaced, during `JITFunction.preload`, which
+    computes the same in-memory key as a launch with that specialization. Anything unexpected
+    leaves the cache as it was (the first launch then compiles the usual way); gives whether
+    the kernel was loaded."""
+    try:
+        from triton.compiler.compiler import CompiledKernel
+        from triton.runtime.cache import get_cache_manager
+    except ImportError:
+        return False
+
+    def load(src, target=None, options=None, **_):
+        name = f"{src.name}.json"
+        group = get_cache_manager(kernel_hash).get_group(name) or {}
+        if name not in group:
+            raise LookupError(f"{name} is not in Triton's cache under {kernel_hash}")
+        return CompiledKernel(src, group, kernel_hash)
+
+    original = jit.compile
+    jit.compile = load
+    try:
+        return jit.preload(specialization) is not None
+    except Exception:
+        return False
+    finally:
+        jit.compile = original
 
 
 def _target() -> list | None:
@@ -237,10 +274,19 @@ def warm(path: str, module, launches: dict) -> Callable[[], None] | None:
         return None
     STATS["warm_seconds"] += time.perf_counter() - start
 
+    # every kernel compiled from a specialization: the parent loads them by their hashes and
+    # never needs Triton's own key (`_preload`), so it does not compute it meanwhile
+    every_spec = all(job["specialization"] for job in jobs)
+
     def finish() -> None:
         begin = time.perf_counter()
-        results = pool.wait(ids, meanwhile=_hash_triton)
+        results = pool.wait(ids, meanwhile=None if every_spec else _hash_triton)
         _record(pool, ids)
+        for job, job_id in zip(jobs, ids):
+            kernel_hash = pool.hashes.get(job_id)
+            if results.get(job_id) is None and kernel_hash and job["specialization"]:
+                jit = getattr(module, job["kernel"])
+                STATS["preloaded"] += _preload(jit, job["specialization"], kernel_hash)
         for job_id, error in results.items():
             if error is None:
                 STATS["warmed"] += 1

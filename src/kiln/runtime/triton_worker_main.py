@@ -4,9 +4,10 @@
 (`["cuda", 90, 32]`: backend, architecture, warp size); `driver`: also build Triton's CUDA
 driver module into the cache (a gcc run the parent's first use of Triton's driver would make;
 one worker does it). Reads one JSON job per line on stdin and answers one line per job on
-stdout: `{"kernel": ..., "ok": true, "seconds": ...}` or `{"kernel": ..., "ok": false,
-"error": "..."}`. Its first line, `{"ready": true, "at": ...}`, says when it can take jobs. It
-exits when stdin closes.
+stdout: `{"kernel": ..., "ok": true, "hash": ..., "seconds": ...}` (`hash`: the key Triton's
+cache files the kernel under, when it was compiled from a specialization) or
+`{"kernel": ..., "ok": false, "error": "..."}`. Its first line, `{"ready": true, "at": ...}`,
+says when it can take jobs. It exits when stdin closes.
 
 A job names a kernel of a kernel-module file (`path`, `kernel`) and how the parent will launch
 it, in one of two forms:
@@ -97,7 +98,7 @@ def _unpack(data: dict, tl):
     return signature, constexprs, attrs, options
 
 
-def _compile_specialized(fn, specialization: str) -> None:
+def _compile_specialized(fn, specialization: str) -> str:
     import triton
     import triton.language as tl
     from triton.compiler import ASTSource, make_backend
@@ -115,6 +116,7 @@ def _compile_specialized(fn, specialization: str) -> None:
             CudaLauncher(src, compiled.metadata)
         except Exception:  # the parent builds it then
             pass
+    return compiled.hash
 
 
 def _compile_warmup(fn, job: dict) -> None:
@@ -124,12 +126,14 @@ def _compile_warmup(fn, job: dict) -> None:
     fn.warmup(*dtypes, grid=tuple(job["grid"]), num_warps=job["num_warps"], **job["constexprs"])
 
 
-def _compile(job: dict) -> None:
+def _compile(job: dict) -> str | None:
+    """Compile a job; gives the kernel's Triton cache hash when it was compiled from a
+    specialization (the parent loads it by that hash, triton_builder.preload)."""
     fn = getattr(_load(job["path"]), job["kernel"])
     if job.get("specialization") and _TARGET is not None:
-        _compile_specialized(fn, job["specialization"])
-    else:
-        _compile_warmup(fn, job)
+        return _compile_specialized(fn, job["specialization"])
+    _compile_warmup(fn, job)
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -144,8 +148,7 @@ def main(argv: list[str]) -> int:
         job = json.loads(line)
         start = time.perf_counter()
         try:
-            _compile(job)
-            reply = {"kernel": job["kernel"], "ok": True}
+            reply = {"kernel": job["kernel"], "ok": True, "hash": _compile(job)}
         except Exception as e:  # reported to the parent, which compiles the kernel itself
             reply = {"kernel": job["kernel"], "ok": False, "error": f"{type(e).__name__}: {e}"}
         reply["seconds"] = time.perf_counter() - start

@@ -56,6 +56,7 @@ class WorkerPool:
         # seconds in its worker (the builder logs them)
         self.ready_after: dict[int, float] = {}
         self.seconds: dict[str, float] = {}
+        self.hashes: dict[str, str] = {}  # job id -> its kernel's Triton cache hash, if known
 
     def submit(self, jobs: list[dict]) -> list[str]:
         """Queue `jobs` and hand out what ready workers can take now, without waiting; gives the
@@ -109,6 +110,8 @@ class WorkerPool:
                 job = self._busy.pop(i)
                 self._results[job["id"]] = None if reply["ok"] else reply.get("error", "?")
                 self.seconds[job["id"]] = reply.get("seconds", 0.0)
+                if reply.get("hash"):
+                    self.hashes[job["id"]] = reply["hash"]
         for i in sorted(self._ready):
             if self._queue and i not in self._busy:
                 self._send(i, self._queue.pop())

@@ -10,6 +10,9 @@ GPU). Each test skips, saying why, without CUDA or Triton.
 
 from __future__ import annotations
 
+import os
+import textwrap
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -144,8 +147,9 @@ def test_parallel_compile_warms_kernels():
 
 def test_first_launches_only_load_what_the_workers_compiled(tmp_path, monkeypatch):
     """The workers compile each kernel for the launch Triton will make (its specialization)
-    and build its C launcher; the parent's first launches then find both in Triton's cache:
-    no kernel compiled and no gcc run in this process."""
+    and build its C launcher; the parent loads each binary by the hash its worker reports
+    (no `triton.compile` call at all) and finds the launchers in Triton's cache: no kernel
+    compiled and no gcc run in this process."""
     import triton
     import triton.runtime.build as build
 
@@ -165,11 +169,40 @@ def test_first_launches_only_load_what_the_workers_compiled(tmp_path, monkeypatc
     def fn(x, y):
         return torch.softmax(x * 3, -1), (y.t() - 2).contiguous(), x.sum(1) * y[0, 0]
 
-    before = triton_builder.STATS["warmed"]
+    before = dict(triton_builder.STATS)
     c = check(fn, cuda(77, 211), cuda(61, 19))
-    assert triton_builder.STATS["warmed"] - before == kernel_count(c) >= 2
-    assert hits and all(hits), hits  # every launch found its binary
-    assert builds == []  # and its launcher
+    assert triton_builder.STATS["warmed"] - before["warmed"] == kernel_count(c) >= 2
+    assert triton_builder.STATS["preloaded"] - before["preloaded"] == kernel_count(c)
+    assert hits == []  # no launch went to Triton's compile, not even for a cache hit
+    assert builds == []  # and every launcher was in the cache
+
+
+def test_a_cold_compile_never_hashes_triton_in_the_parent(run_python, tmp_path):
+    """Triton's cache key hashes its own files (`triton_key`, about 0.4 s: libtriton is 400 MB).
+    The workers compute it; a fresh process that compiles and runs a graph of several kernels
+    loads them by hash and never computes it. The results match eager."""
+    probe = textwrap.dedent(
+        """
+        import torch
+        import kiln
+        from triton.runtime.cache import triton_key
+        from kiln.runtime import triton_builder
+
+        def fn(x, y):
+            return torch.softmax(x * 3, -1), (y.t() - 2).contiguous(), x.sum(1) * y[0, 0]
+
+        x, y = torch.randn(77, 211, device="cuda"), torch.randn(61, 19, device="cuda")
+        got, want = kiln.compile(fn)(x, y), fn(x, y)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+        print(triton_builder.STATS["preloaded"], triton_key.cache_info().misses)
+        """
+    )
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "t"), KILN_CACHE_DIR=str(tmp_path / "k"))
+    env.pop("TRITON_INTERPRET", None)
+    preloaded, hashed = run_python("-c", probe, env=env).stdout.split()[-2:]
+    assert int(preloaded) >= 2
+    assert hashed == "0"
 
 
 def test_kiln_compile_module_on_cuda():
