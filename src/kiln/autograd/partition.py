@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx
 
+from ..lazy_graphs import LazyGraphModule
 from . import mincut
 from .tracing import Joint
 
@@ -263,7 +264,7 @@ def _forward_graph(joint_gm, primals, fw_outs, saved) -> torch.fx.GraphModule:
             env[n] = g.node_copy(n, lambda a: env[a])
     g.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in [*fw_outs, *saved]))
     g.lint()
-    return torch.fx.GraphModule(joint_gm, g, class_name="KilnForward")
+    return LazyGraphModule(joint_gm, g, class_name="KilnForward")
 
 
 def _backward_graph(joint_gm, saved, tangents, live_grads, tangent_dep):
@@ -302,4 +303,4 @@ def _backward_graph(joint_gm, saved, tangents, live_grads, tangent_dep):
         emit(gr)
     g.output(tuple(env[gr] for gr in live_grads))
     g.lint()
-    return torch.fx.GraphModule(joint_gm, g, class_name="KilnBackward"), recomputed
+    return LazyGraphModule(joint_gm, g, class_name="KilnBackward"), recomputed

@@ -30,6 +30,7 @@ from torch.func import functionalize, vjp
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
+from ..lazy_graphs import lazy_graph_modules
 from . import decomps
 from .analyze import GradModeInterpreter, GraphMeta
 
@@ -66,7 +67,8 @@ def _functional_body(gm: torch.fx.GraphModule, meta: GraphMeta, grad_enabled: bo
 
 
 def _trace(fn, args: list, mode: FakeTensorMode, decompositions: dict | None):
-    with mode:
+    """The traced graph, as a lazy GraphModule (lazy_graphs.py): the later stages read it."""
+    with mode, lazy_graph_modules():
         traced = make_fx(
             functionalize(fn, remove="mutations"), decomposition_table=decompositions or {}
         )(*args)
@@ -77,16 +79,14 @@ def _trace(fn, args: list, mode: FakeTensorMode, decompositions: dict | None):
 def _drop_input_copy_back(gm: torch.fx.GraphModule) -> None:
     """`functionalize` ends with `copy_(input, new_value)` for each mutated input; kiln returns
     the new values instead and writes them back in the runtime wrapper."""
-    for node in list(gm.graph.nodes):
-        if (
-            node.op == "call_function"
-            and node.target is aten.copy_.default
-            and node.args[0].op == "placeholder"
-            and not node.users
-        ):
+    dropped = False
+    for node in gm.graph.find_nodes(op="call_function", target=aten.copy_.default):
+        if node.args[0].op == "placeholder" and not node.users:
             gm.graph.erase_node(node)
-    gm.graph.lint()
-    gm.recompile()
+            dropped = True
+    if dropped:
+        gm.graph.lint()
+        gm.recompile()
 
 
 def fake_args(mode: FakeTensorMode, inputs: list) -> list:

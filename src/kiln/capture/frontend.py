@@ -20,6 +20,7 @@ import torch.fx as fx
 
 from .. import logs
 from ..backends.registry import lookup_backend
+from ..lazy_graphs import LazyGraphModule
 from . import (
     breaks,  # noqa: E402  (needs CompiledFunction defined at call time only)
     calls,
@@ -38,11 +39,6 @@ from .residual import (
 )
 from .sources import ConstSource, LocalSource, Namer
 from .tracer import Tracer
-
-try:  # a GraphModule that writes its Python code only when something needs it
-    from torch.fx._lazy_graph_module import _LazyGraphModule
-except ImportError:  # an older torch: generate the code at once
-    _LazyGraphModule = fx.GraphModule
 
 _state = threading.local()
 _all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
@@ -270,7 +266,7 @@ class CompiledFunction:
                 root = torch.nn.Module()
                 for name, t in tracer.constants.items():
                     setattr(root, name, t)
-                gm = _LazyGraphModule(root, graph, class_name="KilnGraph")
+                gm = LazyGraphModule(root, graph, class_name="KilnGraph")
             gm.meta["kiln_label"] = self.label
             gm.meta["kiln_options"] = self.opts
             self.graph_modules.append(gm)

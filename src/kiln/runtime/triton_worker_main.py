@@ -108,15 +108,50 @@ def _compile_specialized(fn, specialization: str) -> str:
     backend = make_backend(_TARGET)
     options = backend.parse_options(options)
     src = ASTSource(fn, signature, constexprs, attrs)
+    launcher = _build_launcher_meanwhile(src) if _TARGET.backend == "cuda" else None
     compiled = triton.compile(src, target=_TARGET, options=options.__dict__)
-    if _TARGET.backend == "cuda":
-        try:  # the C launcher the parent would compile at its first launch (a gcc run)
+    if launcher is not None:
+        launcher.join()
+        try:  # the C launcher the parent would compile at its first launch (a gcc run); a
+            # cache hit when the one built meanwhile matches (no tensor descriptors)
             from triton.backends.nvidia.driver import CudaLauncher
 
             CudaLauncher(src, compiled.metadata)
         except Exception:  # the parent builds it then
             pass
     return compiled.hash
+
+
+class _NoScratch:
+    """What `CudaLauncher` reads from a compiled kernel's metadata, for a kernel that is still
+    being compiled: no tensor descriptors (kiln's kernels use none; the C source depends only
+    on that and the signature), no scratch memory."""
+
+    tensordesc_meta = None
+    num_ctas = 1
+    global_scratch_size = profile_scratch_size = 0
+    global_scratch_align = profile_scratch_align = 1
+    launch_cooperative_grid = launch_pdl = False
+
+
+def _build_launcher_meanwhile(src):
+    """Build the kernel's C launcher into Triton's cache in a thread, while this process compiles
+    the kernel: the build is a gcc run (0.3-0.4 s on the H200 host, as long as or longer than
+    compiling the kernel), which waits in a subprocess without holding the GIL. Gives the
+    thread; a failure leaves the build to the usual call after the compile."""
+    import threading
+
+    def build():
+        try:
+            from triton.backends.nvidia.driver import CudaLauncher
+
+            CudaLauncher(src, _NoScratch)
+        except Exception:
+            pass
+
+    thread = threading.Thread(target=build, daemon=True)
+    thread.start()
+    return thread
 
 
 def _compile_warmup(fn, job: dict) -> None:
