@@ -88,6 +88,11 @@ def main() -> None:
             f"  kernels loaded by hash: {STATS['preloaded']} of {STATS['warmed']} compiled in "
             f"workers; Triton's own hash computed here: {triton_key.cache_info().misses > 0}"
         )
+        print(
+            f"  last parallel compile: workers ready {STATS['workers_ready_s']:.2f} s after "
+            f"their start, slowest kernel {STATS['slowest_kernel_s']:.2f} s, "
+            f"{STATS['kernel_seconds']:.2f} kernel-seconds in all"
+        )
 
 
 if __name__ == "__main__":
