@@ -1,14 +1,14 @@
 """Where kiln's cold compile time goes, for one suite model (GPU or CPU).
 
-Builds `MODELS[name]` (benchmarks/models, size "large", bfloat16 on CUDA, float32 on the CPU),
-runs it eagerly once (so CUDA and cuBLAS start-up are not counted, as in `kiln bench`), then
-profiles `kiln.compile(model, mode=...)` and its first call with cProfile, in a fresh cache
-folder. Prints the wall time of that cold first call, the functions that take most of it
-(cumulative, main thread; time the compile workers spend shows as waiting in `run`), and
-Triton's builder counters.
+Builds `MODELS[name]` (benchmarks/models, size "large", bfloat16 on CUDA and float32 on the CPU
+unless `--dtype` says otherwise), runs it eagerly once (so CUDA and cuBLAS start-up are not
+counted, as in `kiln bench`), then profiles `kiln.compile(model, mode=...)` and its first call
+with cProfile, in a fresh cache folder. Prints the wall time of that cold first call, the
+functions that take most of it (cumulative, main thread; time the compile workers spend shows
+as waiting in `run`), and Triton's builder counters.
 
 Usage: PYTHONPATH=src python3 benchmarks/compile_profile.py MODEL [--mode M] [--top N]
-       [--device cpu|cuda] [--train]
+       [--device cpu|cuda] [--train] [--dtype float32|bfloat16|float16]
 """
 
 from __future__ import annotations
@@ -60,11 +60,12 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=45)
     ap.add_argument("--device", default=None)
     ap.add_argument("--train", action="store_true")
+    ap.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on the CPU")
     args = ap.parse_args()
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = "bfloat16" if device == "cuda" else "float32"
+    dtype = args.dtype or ("bfloat16" if device == "cuda" else "float32")
     model, step = cold_model(args.model, device, dtype, args.train, "kiln-compile-profile-")
     import kiln
     from kiln.runtime import triton_builder
