@@ -133,6 +133,30 @@ def test_disable_returns_model_and_disabled_function_breaks():
     assert len(backend.graphs) == 1  # nothing before the break; `* 3` after it
 
 
+def test_a_freed_disabled_function_does_not_pass_its_mark_on():
+    """kiln.disable marked functions by id; once a marked function was freed, a new function
+    allocated at its address (CPython reuses it at once) was treated as disabled too: a
+    graph break where there is none (it made test_breaks flaky)."""
+    import gc
+
+    def make():
+        def helper(y):
+            return y * 2
+
+        return helper
+
+    kiln.disable(make())  # marked, and no reference kept here
+    gc.collect()
+    others = [make() for _ in range(64)]  # one of these would take the freed address
+    for helper in others:
+        backend = CountingBackend()
+        g = kiln.compile(lambda x, h=helper: h(x + 1).exp(), backend=backend)
+        x = torch.rand(3)
+        torch.testing.assert_close(g(x), ((x + 1) * 2).exp())
+        assert not g._kiln_compiled.breaks
+        assert len(backend.graphs) == 1
+
+
 def test_is_compiling():
     seen = []
 

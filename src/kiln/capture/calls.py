@@ -179,12 +179,15 @@ DATA_METHODS = {"item", "tolist", "numpy", "data_ptr", "__bool__", "__int__", "_
 # Calls into these modules are graph breaks (their effects are outside the program's values).
 BREAK_MODULES = ("logging",)
 
-_disabled: set[int] = set()
+# Functions marked with kiln.disable / kiln.allow_in_graph, by id. Each table holds the function
+# itself, and a lookup checks identity: an id alone outlives its object, and a new function
+# allocated at the freed address would inherit the mark.
+_disabled: dict[int, Any] = {}
 # builtins of torch modules found to run natively (F.linear, torch.cat): decided once each
 _TORCH_NATIVE: set = set()
 _TORCH_IS_COMPILING = torch.compiler.is_compiling
 _TORCH_ASSERT = torch._assert
-_allow_in_graph: set[int] = set()
+_allow_in_graph: dict[int, Any] = {}
 
 
 # ---- calls --------------------------------------------------------------------------------------
@@ -203,7 +206,7 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
             if not bool(args[0]):
                 raise AssertionError(args[1] if len(args) > 1 else kwargs.get("message"))
             return None
-        if id(fn) in _disabled:
+        if _disabled.get(id(fn)) is fn:
             return _break_and_run(
                 interp,
                 fn,
@@ -226,7 +229,7 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
         compiled = getattr(fn, "_kiln_compiled", None)
         if compiled is not None:
             return interp_call(interp, compiled.root_callable, args, kwargs, site)
-        if route == "native" or id(fn) in _allow_in_graph:
+        if route == "native" or _allow_in_graph.get(id(fn)) is fn:
             return native_call(interp, fn, args, kwargs)
         return interp.call_function(fn, args, kwargs, site)
     if t is types.MethodType:
@@ -510,10 +513,11 @@ from .module_calls import call_module  # noqa: E402
 
 
 def mark_disabled(fn):
-    _disabled.add(id(getattr(fn, "__func__", fn)))
+    func = getattr(fn, "__func__", fn)
+    _disabled[id(func)] = func
     return fn
 
 
 def mark_allow_in_graph(fn):
-    _allow_in_graph.add(id(fn))
+    _allow_in_graph[id(fn)] = fn
     return fn
