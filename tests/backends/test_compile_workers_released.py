@@ -42,13 +42,16 @@ def test_workers_are_released_after_each_compile(monkeypatch):
 
 def test_closing_without_waiting_still_reaps_the_workers():
     """`close(wait=False)` returns at once; the workers, told to exit, are reaped behind it."""
+    import os
     import selectors
     import subprocess
     import sys
+    import tempfile
     import time
 
     pool = object.__new__(triton_workers.WorkerPool)  # its processes made here, not the script
     pool._sel = selectors.DefaultSelector()
+    pool._claims = tempfile.mkdtemp()  # the launcher-claims folder, removed once reaped
     slow_exit = "import sys, time; sys.stdin.read(); time.sleep(0.5)"
     pool.procs = [
         subprocess.Popen([sys.executable, "-c", slow_exit], stdin=subprocess.PIPE, text=True)
@@ -62,3 +65,6 @@ def test_closing_without_waiting_still_reaps_the_workers():
     while any(p.returncode is None for p in procs) and time.time() < deadline:
         time.sleep(0.05)
     assert [p.returncode for p in procs] == [0, 0, 0]
+    while os.path.exists(pool._claims) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(pool._claims)

@@ -140,3 +140,29 @@ def test_worker_without_torch(run_python):
     )
     out = run_python("-c", probe, timeout=120)
     assert out.stdout.strip() == "False"
+
+
+def test_kernels_with_the_same_signature_share_one_launcher_build(tmp_path, monkeypatch):
+    """Triton writes a launcher from the argument types alone: the first worker to claim a
+    signature builds it, a later kernel with the same types does not build it again."""
+    import runpy
+
+    script = os.path.join(os.path.dirname(triton_workers.__file__), "triton_worker_main.py")
+    claim = runpy.run_path(script)["_claim_launcher"]
+    monkeypatch.setenv("KILN_LAUNCHER_CLAIMS", str(tmp_path))
+    pointwise = {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    assert claim(pointwise) is True
+    assert claim(dict(pointwise)) is False  # same types: already claimed
+    assert claim({**pointwise, "y": "*bf16"}) is True  # other types: another launcher
+    assert len(os.listdir(tmp_path)) == 2
+    monkeypatch.delenv("KILN_LAUNCHER_CLAIMS")
+    assert claim(pointwise) is True  # no pool folder: every worker builds its own
+
+
+def test_the_pool_removes_its_launcher_claims_when_closed(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    pool = triton_workers.WorkerPool(1)
+    claims = pool._claims
+    assert os.path.isdir(claims)
+    pool.close(wait=True)
+    assert not os.path.exists(claims)

@@ -33,6 +33,7 @@ every worker (model building, training, all of it). This file imports only Trito
 module and (for fallback jobs) torch; it never imports kiln or the user's code.
 """
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -108,7 +109,8 @@ def _compile_specialized(fn, specialization: str) -> str:
     backend = make_backend(_TARGET)
     options = backend.parse_options(options)
     src = ASTSource(fn, signature, constexprs, attrs)
-    launcher = _build_launcher_meanwhile(src) if _TARGET.backend == "cuda" else None
+    ours = _TARGET.backend == "cuda" and _claim_launcher(signature)
+    launcher = _build_launcher_meanwhile(src) if ours else None
     compiled = triton.compile(src, target=_TARGET, options=options.__dict__)
     if launcher is not None:
         launcher.join()
@@ -120,6 +122,26 @@ def _compile_specialized(fn, specialization: str) -> str:
         except Exception:  # the parent builds it then
             pass
     return compiled.hash
+
+
+def _claim_launcher(signature: dict) -> bool:
+    """Whether this worker builds the C launcher of a kernel with `signature`: the first to
+    claim it (a file created exclusively in the pool's folder, `KILN_LAUNCHER_CLAIMS`) does.
+    Triton writes a launcher's C source from the argument types alone, so kernels with the
+    same types share one (a training step of a six-layer GPT: 18 kernels, 10 launchers), and
+    two workers building it at once would both run gcc. The parent waits for every job of a
+    graph before its first launch, and a launcher that is missing then it builds itself."""
+    claims = os.environ.get("KILN_LAUNCHER_CLAIMS")
+    if not claims:
+        return True
+    key = hashlib.sha256(json.dumps(list(signature.values())).encode()).hexdigest()[:32]
+    try:
+        os.close(os.open(os.path.join(claims, key), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:  # no claims folder: build it, as without one
+        return True
+    return True
 
 
 class _NoScratch:

@@ -21,8 +21,10 @@ import atexit
 import json
 import os
 import selectors
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -32,6 +34,10 @@ _SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_worke
 class WorkerPool:
     def __init__(self, workers: int, target: list | None = None) -> None:
         argv = [sys.executable, _SCRIPT] + ([json.dumps(target)] if target else [])
+        # where the workers claim the C launchers they build, so that kernels with the same
+        # signature (which share a launcher) do not each run gcc for it (triton_worker_main.py)
+        self._claims = tempfile.mkdtemp(prefix="kiln-launchers-")
+        env = dict(os.environ, KILN_LAUNCHER_CLAIMS=self._claims)
         self.procs: list[subprocess.Popen] = []
         for i in range(workers):
             self.procs.append(
@@ -42,6 +48,7 @@ class WorkerPool:
                     stderr=subprocess.DEVNULL,
                     text=True,
                     bufsize=1,
+                    env=env,
                 )
             )
         self._sel = selectors.DefaultSelector()
@@ -137,18 +144,19 @@ class WorkerPool:
             except OSError:
                 pass
         if wait:
-            _reap(procs)
+            _reap(procs, self._claims)
         else:
-            threading.Thread(target=_reap, args=(procs,), daemon=True).start()
+            threading.Thread(target=_reap, args=(procs, self._claims), daemon=True).start()
 
 
-def _reap(procs: list[subprocess.Popen]) -> None:
+def _reap(procs: list[subprocess.Popen], claims: str) -> None:
     for p in procs:
         try:
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+    shutil.rmtree(claims, ignore_errors=True)
 
 
 _pool: WorkerPool | None = None
