@@ -172,7 +172,7 @@ def _preload(jit, specialization: str, kernel_hash: str) -> bool:
     """Put the kernel a worker compiled for `specialization` into `jit`'s in-memory cache, read
     from Triton's disk cache under the hash the worker reported, as Triton's `compile` reads a
     cache hit. The first launch then finds it there. Otherwise that launch's `compile` would
-    compute the cache key, which hashes Triton's own files (`triton_key`: libtriton is 400 MB,
+    compute the cache key, which hashes Triton's own files (`triton_key`: libtriton is 415 MB,
     about 0.4 s on the H200 host, once a process): the workers have computed it already. Only
     `compile` of this one `JITFunction` is replaced, during `JITFunction.preload`, which
     computes the same in-memory key as a launch with that specialization. Anything unexpected
@@ -283,18 +283,18 @@ def warm(path: str, module, launches: dict) -> Callable[[], None] | None:
         results = pool.wait(ids, meanwhile=None if every_spec else _hash_triton)
         _record(pool, ids)
         for job, job_id in zip(jobs, ids):
-            kernel_hash = pool.hashes.get(job_id)
-            if results.get(job_id) is None and kernel_hash and job["specialization"]:
-                jit = getattr(module, job["kernel"])
-                STATS["preloaded"] += _preload(jit, job["specialization"], kernel_hash)
-        for job_id, error in results.items():
-            if error is None:
-                STATS["warmed"] += 1
-            else:
+            error = results[job_id]
+            if error is not None:
                 logs.log(
                     "perf_hints",
                     f"parallel Triton compile of {job_id} failed ({error}); compiling inline",
                 )
+                continue
+            STATS["warmed"] += 1
+            kernel_hash = pool.hashes.get(job_id)
+            if kernel_hash and job["specialization"]:
+                jit = getattr(module, job["kernel"])
+                STATS["preloaded"] += _preload(jit, job["specialization"], kernel_hash)
         STATS["warm_seconds"] += time.perf_counter() - begin
 
     return finish
