@@ -3,8 +3,10 @@
 Takes `native_checks.cpp`; gives `table(kind, rows, names, python_check)`, a `Table` whose
 `check()` says whether every row of held facts still holds, `data_ptrs(tensors)`, the
 addresses of a sequence of tensors, and `as_strided()`, the view maker compiled wrappers call.
-All exist in Python too and give the same answers; the C++ versions are an order of magnitude
-faster on the tables a large model checks on every call (ResNet-50's entry checks 267
+The same module carries `launch`, the generic Triton kernel launch of `native_launch.cpp`
+(used by triton_native_launcher.py; no Python twin: without it Triton's own launchers run).
+The checks exist in Python too and give the same answers; the C++ versions are an order of
+magnitude faster on the tables a large model checks on every call (ResNet-50's entry checks 267
 parameters and buffers, ~460 attribute constants and ~150 modules; a device graph reads the
 address of every parameter). torch.compile runs its guards
 in C++; without this, kiln's call overhead on such models is several times torch.compile's.
@@ -36,6 +38,8 @@ import torch
 from .. import logs, options
 
 SOURCE = os.path.join(os.path.dirname(__file__), "native_checks.cpp")
+# the generic Triton kernel launch (triton_native_launcher.py), built into the same module
+SOURCES = (SOURCE, os.path.join(os.path.dirname(__file__), "native_launch.cpp"))
 KINDS = ("tensors", "items", "dicts", "empty")
 
 _lock = threading.Lock()
@@ -222,7 +226,7 @@ def _command(std: str, out: str) -> list[str]:
         "-w",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         *(f"-I{d}" for d in includes),
-        SOURCE,
+        *SOURCES,
         "-o",
         out,
         f"-L{lib}",
@@ -236,8 +240,10 @@ def _command(std: str, out: str) -> list[str]:
 def _key() -> str:
     from .cpp_builder import find_compiler
 
-    with open(SOURCE, "rb") as f:
-        source = f.read()
+    source = b""
+    for name in SOURCES:
+        with open(name, "rb") as f:
+            source += f.read() + b"\0"
     parts = [*find_compiler(), torch.__version__, torch.__file__, sys.version, _suffix()]
     return hashlib.sha256(source + "\0".join(parts).encode()).hexdigest()[:20]
 

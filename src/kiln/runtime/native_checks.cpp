@@ -274,8 +274,15 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "kiln_native", nullptr, -1, met
 
 }  // namespace
 
+extern PyMethodDef kiln_launch_methods[];  // native_launch.cpp: the generic Triton launch
+
 PyMODINIT_FUNC PyInit_kiln_native(void) {
   dict_name = PyUnicode_InternFromString("__dict__");
   if (dict_name == nullptr) return nullptr;
-  return PyModule_Create(&module_def);
+  PyObject* m = PyModule_Create(&module_def);
+  if (m != nullptr && PyModule_AddFunctions(m, kiln_launch_methods) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
 }

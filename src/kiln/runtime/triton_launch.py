@@ -12,7 +12,9 @@ driver what kind of pointer it is (`cuPointerGetAttribute`, about a microsecond 
 on the H200 host); the pointers are read here anyway, to check alignment, so each is read
 once. The wrapper program has already checked that every tensor is on the kernel's device.
 A kernel that needs scratch memory, or a Triton without these entry points, launches through
-`CompiledKernel.run` (the launcher's Python half, which allocates the scratch).
+`CompiledKernel.run` (the launcher's Python half, which allocates the scratch). The launcher
+itself is kiln's generic native one where it can be (triton_native_launcher.py): Triton gives
+a kernel its launcher at the first launch, which happens here.
 
 A compiled kernel is specialized on which pointer arguments are 16-byte aligned; a later launch
 whose arguments differ there (a view at an odd offset) takes Triton's own path, which picks or
@@ -26,6 +28,8 @@ from functools import reduce
 from operator import or_
 
 import torch
+
+from .triton_native_launcher import native_launchers
 
 _data_ptr = torch.Tensor.data_ptr
 _stream_of = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent in CPU builds
@@ -57,7 +61,8 @@ class _Launch:
             ck.run(g[0], g[1], g[2], _stream_of(self.device), ck.function, ck.packed_metadata,
                    None, None, None, *args, *self.consts)  # fmt: skip
             return
-        kernel = self.jit[self.grid](*args, **kwargs)
+        with native_launchers():  # a kernel first launched here gets kiln's launcher
+            kernel = self.jit[self.grid](*args, **kwargs)
         if ck is None and kernel is not None and hasattr(kernel, "packed_metadata"):
             self._keep(kernel, args, kwargs)
 

@@ -16,7 +16,8 @@ it, in one of two forms:
   alignment attributes, options; the parent gets it from `JITFunction.warmup` without
   compiling, triton_builder.py). The worker compiles exactly that with `triton.compile` for
   TARGET — the cache key is the one the parent's first launch looks up — and builds the
-  kernel's C launcher, which Triton would otherwise build in the parent at that launch. This
+  kernel's C launcher, which Triton would otherwise build in the parent at that launch (unless
+  the job says `"launcher": false`: the parent launches it with kiln's native launch). This
   path never imports torch and never touches the GPU: the worker is ready in a fraction of a
   second (importing torch took 3-4 s a worker on the 16-CPU H200 host, with the 16 starting
   together, and each held a CUDA context).
@@ -99,7 +100,7 @@ def _unpack(data: dict, tl):
     return signature, constexprs, attrs, options
 
 
-def _compile_specialized(fn, specialization: str) -> str:
+def _compile_specialized(fn, specialization: str, launcher: bool = True) -> str:
     import triton
     import triton.language as tl
     from triton.compiler import ASTSource, make_backend
@@ -109,11 +110,12 @@ def _compile_specialized(fn, specialization: str) -> str:
     backend = make_backend(_TARGET)
     options = backend.parse_options(options)
     src = ASTSource(fn, signature, constexprs, attrs)
-    ours = _TARGET.backend == "cuda" and _claim_launcher(signature)
-    launcher = _build_launcher_meanwhile(src) if ours else None
+    ours = launcher and _TARGET.backend == "cuda" and _claim_launcher(signature)
+    building = _build_launcher_meanwhile(src) if ours else None
     compiled = triton.compile(src, target=_TARGET, options=options.__dict__)
-    if launcher is not None:
-        launcher.join()
+    if building is not None:
+        building.join()
+    if building is not None or not (launcher or _plain(compiled)):
         try:  # the C launcher the parent would compile at its first launch (a gcc run); a
             # cache hit when the one built meanwhile matches (no tensor descriptors)
             from triton.backends.nvidia.driver import CudaLauncher
@@ -122,6 +124,21 @@ def _compile_specialized(fn, specialization: str) -> str:
         except Exception:  # the parent builds it then
             pass
     return compiled.hash
+
+
+def _plain(compiled) -> bool:
+    """Whether kiln's native launch can take this kernel (the parent's test, in
+    triton_native_launcher.plain_launch; this script does not import kiln): when not, the
+    parent's first launch needs Triton's C launcher after all, so this worker builds it."""
+    m = compiled.metadata
+    return (
+        getattr(m, "num_ctas", 1) == 1
+        and not getattr(m, "launch_cooperative_grid", False)
+        and not getattr(m, "launch_pdl", False)
+        and not getattr(m, "global_scratch_size", 0)
+        and not getattr(m, "profile_scratch_size", 0)
+        and not getattr(m, "tensordesc_meta", None)
+    )
 
 
 def _claim_launcher(signature: dict) -> bool:
@@ -188,7 +205,7 @@ def _compile(job: dict) -> str | None:
     specialization (the parent loads it by that hash, triton_builder.preload)."""
     fn = getattr(_load(job["path"]), job["kernel"])
     if job.get("specialization") and _TARGET is not None:
-        return _compile_specialized(fn, job["specialization"])
+        return _compile_specialized(fn, job["specialization"], job.get("launcher", True))
     _compile_warmup(fn, job)
     return None
 
