@@ -133,8 +133,10 @@ class AotCompiled:
         part = partition_joint(joint, self.partition)
         self.partitions[key] = part
         logs.log("aot_graphs", lambda: _describe_partition(part))
-        compiled_fw = self.fw_compiler(part.fw, _example_inputs(part.fw))
+        # the backward first: most of a training step's kernels are its, and its parallel
+        # compile (triton_builder.warm) then runs while the forward is lowered
         compiled_bw = self.bw_compiler(part.bw, _example_inputs(part.bw))
+        compiled_fw = self.fw_compiler(part.fw, _example_inputs(part.fw))
         plan = TrainingPlan(
             fw=compiled_fw,
             bw=compiled_bw,

@@ -428,26 +428,34 @@ def wrap_compilers(
 ) -> dict[str, Callable]:
     """`aot_compile` keyword arguments whose compiled graphs replay as device graphs.
 
-    A training forward is paired with the backward compiled right after it (aot_compile
-    compiles them in that order) so the backward can release the forward's pending replay."""
-    last_forward: list[GraphedCallable] = []
+    A training forward is paired with the backward compiled next to it (aot_compile compiles
+    the backward, then its forward) so the backward can release the forward's pending replay;
+    either order pairs them."""
+    unpaired: list[tuple[str, GraphedCallable, bool]] = []  # (name, graph, backward reads it)
+
+    def pair(name: str, g: GraphedCallable, reads: bool = True) -> None:
+        other = unpaired.pop() if unpaired and unpaired[-1][0] != name else None
+        if other is None:
+            unpaired[:] = [(name, g, reads)]
+            return
+        forward, backward = (g, other[1]) if name == "forward" else (other[1], g)
+        backward.backward_of = forward
+        if not (reads if name == "backward" else other[2]):  # it reads nothing of the forward
+            forward.pending_tracking = False
 
     def fw(gm, example_inputs):
         compiled = fw_compiler(gm, example_inputs)
         g = GraphedCallable(compiled, group, name="forward", static_inputs=group.static_inputs)
         g.pending_tracking = True
-        last_forward[:] = [g]
+        pair("forward", g)
         return g
 
     def bw(gm, example_inputs):
         g = GraphedCallable(
             bw_compiler(gm, example_inputs), group, name="backward", clone_outputs=True
         )
-        forward = last_forward[0] if last_forward else None
         saved = [n for n in gm.graph.find_nodes(op="placeholder") if "tangent" not in n.name]
-        if forward is not None and not saved:  # the backward reads nothing of the forward's
-            forward.pending_tracking = False
-        g.backward_of = forward
+        pair("backward", g, bool(saved))
         return g
 
     def inference(gm, example_inputs):

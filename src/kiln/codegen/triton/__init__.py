@@ -114,7 +114,8 @@ def compile_graph_strict(
 
 def _first_waits(compiled: TritonCompiledGraph, loaded, call):
     """The wrapper's `call`, whose first run waits for the workers compiling `loaded`'s kernels
-    (they compile while the next graph — a training step's backward — is lowered)."""
+    (they compile while the next graph — a training step's forward, compiled after its
+    backward — is lowered)."""
 
     def first(args):
         finish_compiles(loaded)
