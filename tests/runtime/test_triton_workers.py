@@ -166,3 +166,32 @@ def test_the_pool_removes_its_launcher_claims_when_closed(monkeypatch):
     assert os.path.isdir(claims)
     pool.close(wait=True)
     assert not os.path.exists(claims)
+
+
+def test_one_worker_hashes_triton_and_the_others_read_its_key(tmp_path, monkeypatch):
+    """Triton's key hashes its own 415 MB library: the first worker of a pool to claim it
+    computes it and leaves it in the pool's folder; the others read it instead of hashing."""
+    import runpy
+
+    pytest.importorskip("triton")
+    import triton.runtime.cache as cache
+
+    script = os.path.join(os.path.dirname(triton_workers.__file__), "triton_worker_main.py")
+    shared = runpy.run_path(script)["_shared_triton_key"]
+    monkeypatch.setattr(cache, "triton_key", cache.triton_key)  # put back after the test
+    monkeypatch.setenv("KILN_LAUNCHER_CLAIMS", str(tmp_path))
+    calls = []
+
+    def key():
+        calls.append(1)
+        return "the-key-of-this-triton"
+
+    shared(key)  # the first worker: claims it, computes it, writes it
+    assert calls == [1]
+    assert (tmp_path / "triton_key").read_text() == "the-key-of-this-triton"
+    shared(key)  # another worker: reads it
+    assert calls == [1]
+    assert cache.triton_key() == "the-key-of-this-triton"
+    monkeypatch.delenv("KILN_LAUNCHER_CLAIMS")
+    shared(key)  # no pool folder: it computes its own
+    assert calls == [1, 1]

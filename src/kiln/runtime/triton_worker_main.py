@@ -69,7 +69,7 @@ def _prepare(target_json: str | None, build_driver: bool = False) -> None:
 
     target = GPUTarget(*json.loads(target_json))
     make_backend(target).hash()  # loads the backend, runs `ptxas --version`
-    triton_key()  # hashes Triton's own files (~0.3 s): part of every cache key
+    _shared_triton_key(triton_key)  # part of every cache key
     import triton.compiler.code_generator  # noqa: F401
 
     _TARGET = target
@@ -82,6 +82,47 @@ def _prepare(target_json: str | None, build_driver: bool = False) -> None:
             CudaUtils()
         except Exception:  # the parent builds it at its first launch
             pass
+
+
+def _shared_triton_key(triton_key) -> None:
+    """Triton's hash of its own files (`triton_key`: libtriton is 415 MB, ~0.3 s), computed by
+    one worker of the pool and read by the others from the pool's folder
+    (`KILN_LAUNCHER_CLAIMS`). The 16 workers of the H200 host start while the parent traces
+    the graph, and each hashing the library itself slowed the parent's tracing. The value is
+    the same in every worker (one Triton installation); a worker that finds none within a
+    few seconds computes it itself."""
+    import functools
+
+    import triton.runtime.cache as cache
+
+    folder = os.environ.get("KILN_LAUNCHER_CLAIMS")
+    path = os.path.join(folder, "triton_key") if folder else None
+    try:
+        if path is None:
+            raise OSError("no pool folder")
+        os.close(os.open(path + ".claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:  # another worker computes it
+        deadline = time.time() + 3.0
+        while time.time() < deadline:
+            try:
+                with open(path) as f:
+                    key = f.read()
+            except FileNotFoundError:
+                key = ""
+            if key:
+                cache.triton_key = functools.lru_cache()(functools.partial(str, key))
+                return
+            time.sleep(0.005)
+        triton_key()
+        return
+    except OSError:
+        triton_key()
+        return
+    key = triton_key()
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(key)
+    os.replace(tmp, path)  # atomic: a reader sees all of it or nothing
 
 
 def _unpack(data: dict, tl):
