@@ -66,6 +66,11 @@ def test_kernels_that_launch_otherwise_keep_tritons_launcher(field, value):
     assert made == [src]
 
 
+def test_a_source_without_a_signature_keeps_tritons_launcher():
+    make = tnl.launcher_class(lambda *a: pytest.fail("native"), lambda src, m: "triton's")
+    assert make(types.SimpleNamespace(), _meta()) == "triton's"
+
+
 def test_a_plain_kernel_gets_the_native_launcher_with_its_codes_bound():
     calls = []
     make = tnl.launcher_class(lambda *a: calls.append(a), lambda *a: pytest.fail("fallback"))

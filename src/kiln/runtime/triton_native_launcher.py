@@ -117,7 +117,8 @@ def launcher_class(launch, fallback):
     """A `launcher_cls` for Triton: `NativeLauncher` where the kernel allows, else `fallback`."""
 
     def make(src, metadata):
-        sig = codes(getattr(src, "signature", {})) if plain_launch(metadata) else None
+        signature = getattr(src, "signature", None)  # None: a source kind not known here
+        sig = codes(signature) if signature is not None and plain_launch(metadata) else None
         if sig is None:
             return fallback(src, metadata)
         return NativeLauncher(functools.partial(launch, sig))
