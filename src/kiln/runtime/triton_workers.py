@@ -35,7 +35,8 @@ class WorkerPool:
     def __init__(self, workers: int, target: list | None = None) -> None:
         argv = [sys.executable, _SCRIPT] + ([json.dumps(target)] if target else [])
         # where the workers claim the C launchers they build, so that kernels with the same
-        # signature (which share a launcher) do not each run gcc for it (triton_worker_main.py)
+        # signature (which share a launcher) do not each run gcc for it, and where one of them
+        # leaves Triton's cache key for the others (triton_worker_main.py)
         self._claims = tempfile.mkdtemp(prefix="kiln-launchers-")
         env = dict(os.environ, KILN_LAUNCHER_CLAIMS=self._claims)
         self.procs: list[subprocess.Popen] = []
