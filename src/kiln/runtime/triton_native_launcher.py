@@ -24,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import functools
 
+from .triton_worker_main import plain_launch
+
 # Triton's argument types -> native_launch.cpp's codes
 _CODES = {
     "i1": "b",
@@ -60,19 +62,6 @@ def codes(signature: dict) -> bytes | None:
         else:
             return None
     return "".join(out).encode()
-
-
-def plain_launch(metadata) -> bool:
-    """Whether a kernel with this metadata launches as `native_launch.cpp` does: one CTA per
-    program, no cooperative or PDL launch, no scratch memory, no tensor descriptors."""
-    return (
-        getattr(metadata, "num_ctas", 1) == 1
-        and not getattr(metadata, "launch_cooperative_grid", False)
-        and not getattr(metadata, "launch_pdl", False)
-        and not getattr(metadata, "global_scratch_size", 0)
-        and not getattr(metadata, "profile_scratch_size", 0)
-        and not getattr(metadata, "tensordesc_meta", None)
-    )
 
 
 class NativeLauncher:

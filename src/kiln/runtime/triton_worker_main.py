@@ -96,13 +96,9 @@ def _shared_triton_key(triton_key) -> None:
 
     import triton.runtime.cache as cache
 
-    folder = os.environ.get("KILN_LAUNCHER_CLAIMS")
-    path = os.path.join(folder, "triton_key") if folder else None
-    try:
-        if path is None:
-            raise OSError("no pool folder")
-        os.close(os.open(path + ".claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:  # another worker computes it
+    claimed = _claim("triton_key.claim")
+    path = os.path.join(os.environ.get("KILN_LAUNCHER_CLAIMS", ""), "triton_key")
+    if claimed is False:  # another worker computes it
         deadline = time.time() + 3.0
         while time.time() < deadline:
             try:
@@ -114,9 +110,7 @@ def _shared_triton_key(triton_key) -> None:
                 cache.triton_key = functools.lru_cache()(functools.partial(str, key))
                 return
             time.sleep(0.005)
-        triton_key()
-        return
-    except OSError:
+    if not claimed:  # no pool folder, or no key in time: this worker's own
         triton_key()
         return
     key = triton_key()
@@ -157,7 +151,7 @@ def _compile_specialized(fn, specialization: str, launcher: bool = True) -> str:
     compiled = triton.compile(src, target=_TARGET, options=options.__dict__)
     if building is not None:
         building.join()
-    if building is not None or not (launcher or _plain(compiled)):
+    if building is not None or not (launcher or plain_launch(compiled.metadata)):
         try:  # the C launcher the parent would compile at its first launch (a gcc run); a
             # cache hit when the one built meanwhile matches (no tensor descriptors)
             from triton.backends.nvidia.driver import CudaLauncher
@@ -168,18 +162,19 @@ def _compile_specialized(fn, specialization: str, launcher: bool = True) -> str:
     return compiled.hash
 
 
-def _plain(compiled) -> bool:
-    """Whether kiln's native launch can take this kernel (the parent's test, in
-    triton_native_launcher.plain_launch; this script does not import kiln): when not, the
-    parent's first launch needs Triton's C launcher after all, so this worker builds it."""
-    m = compiled.metadata
+def plain_launch(metadata) -> bool:
+    """Whether kiln's native launch can take a kernel with this metadata: one CTA per program,
+    no cooperative or PDL launch, no scratch memory, no tensor descriptors. The parent reads
+    it from here too (triton_native_launcher.py); this script itself never imports kiln. A
+    worker told to skip the kernel's C launcher still builds it when this says no: the
+    parent's first launch will need Triton's launcher after all."""
     return (
-        getattr(m, "num_ctas", 1) == 1
-        and not getattr(m, "launch_cooperative_grid", False)
-        and not getattr(m, "launch_pdl", False)
-        and not getattr(m, "global_scratch_size", 0)
-        and not getattr(m, "profile_scratch_size", 0)
-        and not getattr(m, "tensordesc_meta", None)
+        getattr(metadata, "num_ctas", 1) == 1
+        and not getattr(metadata, "launch_cooperative_grid", False)
+        and not getattr(metadata, "launch_pdl", False)
+        and not getattr(metadata, "global_scratch_size", 0)
+        and not getattr(metadata, "profile_scratch_size", 0)
+        and not getattr(metadata, "tensordesc_meta", None)
     )
 
 
@@ -190,16 +185,23 @@ def _claim_launcher(signature: dict) -> bool:
     same types share one (a training step of a six-layer GPT: 18 kernels, 10 launchers), and
     two workers building it at once would both run gcc. The parent waits for every job of a
     graph before its first launch, and a launcher that is missing then it builds itself."""
-    claims = os.environ.get("KILN_LAUNCHER_CLAIMS")
-    if not claims:
-        return True
     key = hashlib.sha256(json.dumps(list(signature.values())).encode()).hexdigest()[:32]
+    return _claim(key) is not False  # no pool folder: build it, as without one
+
+
+def _claim(name: str) -> bool | None:
+    """Claim `name` in the pool's folder (`KILN_LAUNCHER_CLAIMS`) by creating it exclusively:
+    True when this worker is the first, False when another worker was, None when there is no
+    pool folder to claim in."""
+    folder = os.environ.get("KILN_LAUNCHER_CLAIMS")
+    if not folder:
+        return None
     try:
-        os.close(os.open(os.path.join(claims, key), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(os.path.join(folder, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return False
-    except OSError:  # no claims folder: build it, as without one
-        return True
+    except OSError:
+        return None
     return True
 
 
