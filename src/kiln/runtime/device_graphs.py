@@ -434,13 +434,16 @@ def wrap_compilers(
     unpaired: list[tuple[str, GraphedCallable, bool]] = []  # (name, graph, backward reads it)
 
     def pair(name: str, g: GraphedCallable, reads: bool = True) -> None:
-        other = unpaired.pop() if unpaired and unpaired[-1][0] != name else None
-        if other is None:
+        if not unpaired or unpaired[-1][0] == name:
             unpaired[:] = [(name, g, reads)]
             return
-        forward, backward = (g, other[1]) if name == "forward" else (other[1], g)
+        _, other, other_reads = unpaired.pop()
+        if name == "forward":
+            forward, backward, reads = g, other, other_reads
+        else:
+            forward, backward = other, g
         backward.backward_of = forward
-        if not (reads if name == "backward" else other[2]):  # it reads nothing of the forward
+        if not reads:  # the backward reads nothing of the forward
             forward.pending_tracking = False
 
     def fw(gm, example_inputs):
