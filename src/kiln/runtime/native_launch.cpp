@@ -109,6 +109,18 @@ bool read_pointer(PyObject* obj, uint64_t* out) {
   return !PyErr_Occurred();
 }
 
+// Bytes of an integer parameter. Its slot takes the low bytes of the 64-bit value, which on a
+// little-endian machine (every CUDA host) are the value cast to that width.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "kiln launch packs little-endian");
+size_t int_width(char code) {
+  switch (code) {
+    case 'b': case 'B': return 1;
+    case 'h': case 'H': return 2;
+    case 'i': case 'I': return 4;
+    default: return 8;
+  }
+}
+
 // One argument into its parameter slot, by code; false with a Python error set.
 bool pack(char code, PyObject* obj, uint64_t* slot) {
   *slot = 0;
@@ -118,19 +130,13 @@ bool pack(char code, PyObject* obj, uint64_t* slot) {
     case 'b': case 'h': case 'i': case 'l': {
       long long v = PyLong_AsLongLong(obj);
       if (v == -1 && PyErr_Occurred()) return false;
-      if (code == 'b') { int8_t x = (int8_t)v; std::memcpy(slot, &x, 1); }
-      if (code == 'h') { int16_t x = (int16_t)v; std::memcpy(slot, &x, 2); }
-      if (code == 'i') { int32_t x = (int32_t)v; std::memcpy(slot, &x, 4); }
-      if (code == 'l') { int64_t x = (int64_t)v; std::memcpy(slot, &x, 8); }
+      std::memcpy(slot, &v, int_width(code));  // the low bytes: the value cast to that width
       return true;
     }
     case 'B': case 'H': case 'I': case 'L': {
       unsigned long long v = PyLong_AsUnsignedLongLongMask(obj);
       if (v == (unsigned long long)-1 && PyErr_Occurred()) return false;
-      if (code == 'B') { uint8_t x = (uint8_t)v; std::memcpy(slot, &x, 1); }
-      if (code == 'H') { uint16_t x = (uint16_t)v; std::memcpy(slot, &x, 2); }
-      if (code == 'I') { uint32_t x = (uint32_t)v; std::memcpy(slot, &x, 4); }
-      if (code == 'L') { uint64_t x = (uint64_t)v; std::memcpy(slot, &x, 8); }
+      std::memcpy(slot, &v, int_width(code));
       return true;
     }
     case 'e': case 'a': case 'f': case 'd': {
