@@ -7,6 +7,8 @@ first compiled call. For kiln, the imports its first call makes are timed first,
 `torch._dynamo`), and the autograd and Triton passes are wrapped in timers. For torch.compile,
 `import torch._dynamo` is timed, then the first call.
 Unlike `compile_profile.py` there is no profiler, so the figures are wall times a user sees.
+The garbage collector's work from the start of the timed imports to the end of the first call
+is timed too (`gc.callbacks`): full collections (generation 2) and young ones.
 
 Usage: PYTHONPATH=src python3 benchmarks/compile_phases.py MODEL [--train] [--compiler torch]
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import os
 import sys
 import time
@@ -54,6 +57,7 @@ def main() -> None:
         thunk()
         times[label] = time.perf_counter() - start
 
+    collections = _time_collections()
     total = time.perf_counter()
     if args.compiler == "kiln":
         import kiln
@@ -79,6 +83,12 @@ def main() -> None:
     print(f"{args.model} {mode} {args.compiler}: {time.perf_counter() - total:.2f} s in all")
     for label, seconds in times.items():
         print(f"  {label:50s} {seconds:6.2f}")
+    full = [s for g, s in collections if g == 2]
+    young = [s for g, s in collections if g < 2]
+    print(
+        f"  garbage collection: {len(full)} full collections {sum(full):.2f} s, "
+        f"{len(young)} young ones {sum(young):.2f} s"
+    )
     if args.compiler == "kiln":
         from triton.runtime.cache import triton_key
 
@@ -93,6 +103,21 @@ def main() -> None:
             f"their start, slowest kernel {STATS['slowest_kernel_s']:.2f} s, "
             f"{STATS['kernel_seconds']:.2f} kernel-seconds in all"
         )
+
+
+def _time_collections() -> list[tuple[int, float]]:
+    """(generation, seconds) of each garbage collection from now on."""
+    out: list[tuple[int, float]] = []
+    started = [0.0]
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            out.append((info["generation"], time.perf_counter() - started[0]))
+
+    gc.callbacks.append(callback)
+    return out
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import torch
 import torch.fx
 
 from .. import logs
+from ..gc_pause import paused_gc
 from . import decomps
 from .analyze import analyze
 from .attention_masks import simplify_attention_masks
@@ -121,6 +122,10 @@ class AotCompiled:
         return entry(args)
 
     def _compile_entry(self, args: list, key: tuple):
+        with paused_gc():
+            return self._compile_entry_now(args, key)
+
+    def _compile_entry_now(self, args: list, key: tuple):
         grad_enabled = torch.is_grad_enabled()
         meta = analyze(self.gm, args, grad_enabled)
         if not meta.needs_autograd:

@@ -20,6 +20,7 @@ import torch.fx as fx
 
 from .. import logs
 from ..backends.registry import lookup_backend
+from ..gc_pause import paused_gc
 from ..lazy_graphs import LazyGraphModule
 from . import (
     breaks,  # noqa: E402  (needs CompiledFunction defined at call time only)
@@ -156,7 +157,8 @@ class CompiledFunction:
         tracer.dynamic_policy = self._dynamic_dims
         _state.depth = getattr(_state, "depth", 0) + 1
         try:
-            with tracer.mode, module_tree.suspended():  # modules built in the trace are its own
+            # modules built in the trace are its own
+            with tracer.mode, module_tree.suspended(), paused_gc():
                 result = self._run_root(tracer, interp, args, kwargs)
         except GraphBreakAt as brk:
             _state.depth -= 1
@@ -285,7 +287,8 @@ class CompiledFunction:
             )
             backend = lookup_backend(self.opts.backend)
             self.compiles += 1
-            compiled = backend(gm, example_inputs)
+            with paused_gc():
+                compiled = backend(gm, example_inputs)
             if not callable(compiled):
                 raise TypeError(
                     f"backend {self.opts.backend!r} returned {compiled!r}, which is not callable"

@@ -1,0 +1,36 @@
+"""Automatic garbage collection paused while kiln compiles.
+
+A cold compile makes hundreds of thousands of objects (FX nodes, fake tensors, sympy
+expressions, loop IR) and imports large modules (`torch._dynamo`, which `FakeTensorMode()`
+imports, sympy, Triton), and nearly all of them live on. CPython's collector runs a full
+collection, over every object of the process, whenever the objects that outlived the young
+generations have grown by a quarter of the old ones, so a compile keeps setting it off: a cold
+nanoGPT training compile on the H200 host spent 0.33-0.35 s in three full collections and
+0.09-0.10 s in the young ones, of a 2.3-2.4 s first call (benchmarks/RESULTS.md, eleventh
+session).
+
+`paused_gc()` turns automatic collection off for the duration of a compile step and back on
+after it (only if it was on: a program that turned it off keeps it off). The compile's garbage
+is then found by the first young collection after it, which looks at the objects the compile
+made, not at the whole process. Nothing is lost: a compile's cycles wait a few seconds at most.
+The pause covers kiln's own steps: capture's trace (which runs the user's code once, op by op),
+the backend's compile of its graph, and AOT autograd's compile of a new call signature. Code
+that runs after a graph break, eagerly or compiled, runs with the collector as the user left it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+
+
+@contextlib.contextmanager
+def paused_gc():
+    """Automatic garbage collection off inside, restored after (see the module doc)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
