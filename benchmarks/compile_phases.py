@@ -4,7 +4,8 @@ Builds `MODELS[name]` (benchmarks/models, size "large"; bfloat16, or float32 wit
 runs it eagerly once (`compile_profile.cold_model`), then, with fresh cache folders, times the
 first compiled call. For kiln, the imports its first call makes are timed first, one by one
 (`kiln.codegen`, which brings sympy; the first `FakeTensorMode()`, which imports
-`torch._dynamo`), and the autograd and Triton passes are wrapped in timers. For torch.compile,
+`torch._dynamo`), and capture's trace, the autograd and Triton passes and the first run's wait
+for kernels still compiling are wrapped in timers. For torch.compile,
 `import torch._dynamo` is timed, then the first call.
 Unlike `compile_profile.py` there is no profiler, so the figures are wall times a user sees.
 The garbage collector's work from the start of the timed imports to the end of the first call
@@ -16,6 +17,7 @@ Usage: PYTHONPATH=src python3 benchmarks/compile_phases.py MODEL [--train] [--co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gc
 import os
@@ -27,6 +29,7 @@ from compile_profile import cold_model  # noqa: E402
 
 _AUTOGRAD = ("analyze", "trace_inference", "trace_training", "partition_joint")
 _TRITON = ("_lower_on_any_device", "schedule", "render_module", "render_wrapper", "load")
+_TRITON += ("finish_compiles",)  # the first run's wait for kernels the workers still compile
 
 
 def main() -> None:
@@ -52,24 +55,29 @@ def main() -> None:
 
         return wrapper
 
-    def imported(label, thunk):
+    def imported(label, thunk, context=contextlib.nullcontext):
         start = time.perf_counter()
-        thunk()
+        with context():
+            thunk()
         times[label] = time.perf_counter() - start
 
     collections = _time_collections()
     total = time.perf_counter()
     if args.compiler == "kiln":
         import kiln
+        from kiln.gc_pause import paused_gc  # kiln's first call makes both imports in its pause
 
-        imported("import kiln.codegen (sympy)", lambda: __import__("kiln.codegen"))
+        imported("import kiln.codegen (sympy)", lambda: __import__("kiln.codegen"), paused_gc)
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        imported("first FakeTensorMode() (imports torch._dynamo)", FakeTensorMode)
+        label = "first FakeTensorMode() (imports torch._dynamo)"
+        imported(label, FakeTensorMode, paused_gc)
         import kiln.autograd.compile as aot
         import kiln.codegen.triton as triton_codegen
+        from kiln.capture.frontend import CompiledFunction
 
-        for module, names in ((aot, _AUTOGRAD), (triton_codegen, _TRITON)):
+        capture = (CompiledFunction, ("_run_root",))  # capture's trace, which runs each op
+        for module, names in ((aot, _AUTOGRAD), (triton_codegen, _TRITON), capture):
             for name in names:
                 setattr(module, name, timed(name, getattr(module, name)))
         compiled = kiln.compile(model)
