@@ -2,20 +2,21 @@
 
 A cold compile makes hundreds of thousands of objects (FX nodes, fake tensors, sympy
 expressions, loop IR) and imports large modules (`torch._dynamo`, which `FakeTensorMode()`
-imports, sympy, Triton), and nearly all of them live on. CPython's collector runs a full
-collection, over every object of the process, whenever the objects that outlived the young
+imports, sympy, Triton), and many of them stay alive while it runs. CPython's collector runs a
+full collection, over every object of the process, whenever the objects that outlived the young
 generations have grown by a quarter of the old ones, so a compile keeps setting it off: a cold
-nanoGPT training compile on the H200 host spent 0.33-0.35 s in three full collections and
-0.09-0.10 s in the young ones, of a 2.3-2.4 s first call (benchmarks/RESULTS.md, eleventh
-session).
+nanoGPT training compile on the H200 host spent 0.32-0.35 s in three full collections and
+0.09-0.10 s in the young ones, of a 2.3 s first call (benchmarks/RESULTS.md, eleventh session).
 
 `paused_gc()` turns automatic collection off for the duration of a compile step and back on
 after it (only if it was on: a program that turned it off keeps it off). The compile's garbage
 is then found by the first young collection after it, which looks at the objects the compile
-made, not at the whole process. Nothing is lost: a compile's cycles wait a few seconds at most.
+made, not at the whole process; nothing is lost, a compile's cycles are freed a little later.
 The pause covers kiln's own steps: capture's trace (which runs the user's code once, op by op),
 the backend's compile of its graph, and AOT autograd's compile of a new call signature. Code
 that runs after a graph break, eagerly or compiled, runs with the collector as the user left it.
+The switch is the process's: while one thread compiles, other threads run without automatic
+collection too.
 """
 
 from __future__ import annotations
