@@ -116,5 +116,7 @@ def test_split_plan_choices():
     assert (p.XBLOCK, p.RBLOCK) == (32, 64) and p.grid[0] == 24
     assert p.split * p.rchunk >= 8192 > (p.split - 1) * p.rchunk and p.rchunk % 64 == 0
     assert 24 * p.split >= 500
+    wide = _split_plan(3072, 8192)  # a GPT-2 MLP's bias gradient: about 2048 programs
+    assert wide.grid[0] == 96 and 96 * wide.split >= 2000 and wide.rchunk % 64 == 0
     assert _split_plan(8192, 4096) is None  # 256 tiles of outputs already fill the GPU
     assert _split_plan(40, 300) is None or _split_plan(40, 300).split >= 2

@@ -46,9 +46,13 @@ MAX_GRID_Y = 65535
 # ...and a kernel of such sums alone (nothing else reads them in it) over many rows splits its
 # rows among programs as well: each adds a chunk of rows into a partial, and a second kernel
 # adds the partials (split.py). A layer norm's three weight and bias sums over 8192 x 768 were
-# 76 us as 96 programs of narrow tiles, the whole of each column in one program.
+# 76 us as 96 programs of narrow tiles, the whole of each column in one program. About 2048
+# programs: a column sum of 8192 x 3072 float32 (a GPT-2 MLP's bias gradient) took 47 us with
+# 512 of them (6 chunks of 1408 rows), 28 us with 2048 and 26 us with 4096; 8192 x 2304 took
+# 20, 22 and 22 us; 8192 x 768 7.5, 6.0 and 6.1 us (H200; benchmarks/gpu_column_sums.py's
+# scratch version, benchmarks/RESULTS.md, eleventh session).
 SPLIT_MIN_RNUMEL = 1024
-SPLIT_TARGET_PROGRAMS = 512
+SPLIT_TARGET_PROGRAMS = 2048
 SPLIT_RBLOCK = 64
 
 
