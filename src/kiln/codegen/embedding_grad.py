@@ -17,6 +17,14 @@ Only the plain case is rewritten: no padding index, no scaling by frequency, the
 gradient read by that one add alone, whose other operand has the table's shape and dtype (no
 broadcasting). A lone `embedding_dense_backward` stays as it is: scattering into a fresh table
 would need zeros and a copy of them, which costs more than ATen's kernel.
+
+One lone case is rewritten all the same: a position embedding's, whose indices are
+`arange(0, T)` (in the backward graph when the partition recomputes them; a view of it with T
+elements, such as `[1, T]`, too). Each row is then indexed once, in order, so the table's
+gradient is the output gradient's T rows followed by zeros: `constant_pad_nd(grad.view(T, D),
+[0, 0, 0, N - T])`, one pointwise pass, where ATen fills a table and adds rows into it
+(nanoGPT's 1024 x 768 position table: 27.5 us a step in ATen's kernel on the H200;
+benchmarks/RESULTS.md, eleventh session).
 """
 
 from __future__ import annotations
@@ -27,13 +35,19 @@ aten = torch.ops.aten
 
 
 def scatter_embedding_grads(gm: torch.fx.GraphModule) -> int:
-    """Rewrite every tied embedding gradient sum (see the module doc); gives how many."""
+    """Rewrite every tied embedding gradient sum and every position embedding gradient (see the
+    module doc); gives how many."""
     done = 0
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target is aten.embedding_dense_backward.default:
+            if not _plain(node):
+                continue
             found = _sole_plain_add(node)
-            if found is not None and _plain(node):
+            if found is not None:
                 _rewrite(gm.graph, node, *found)
+                done += 1
+            elif _rows_in_order(node):
+                _pad_rows(gm.graph, node)
                 done += 1
     if done:
         gm.recompile()
@@ -76,4 +90,54 @@ def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node, add, other) -> None:
     total.meta["val"] = add.meta["val"]
     add.replace_all_uses_with(total)
     graph.erase_node(add)
+    graph.erase_node(node)
+
+
+_ARANGES = (aten.arange.default, aten.arange.start, aten.arange.start_step)
+_SAME_ORDER_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.unsqueeze.default)
+
+
+def _rows_in_order(node: torch.fx.Node) -> bool:
+    """Whether the indices are 0, 1, ..., T - 1 in order (an `arange`, or a view of one with the
+    same elements), for a table of at least T rows and a contiguous gradient."""
+    grad, indices, num_weights = node.args[:3]
+    while isinstance(indices, torch.fx.Node) and indices.target in _SAME_ORDER_VIEWS:
+        indices = indices.args[0]
+    if not isinstance(indices, torch.fx.Node) or indices.target not in _ARANGES:
+        return False
+    args = list(indices.args)
+    start, step = (0, 1) if indices.target is aten.arange.default else (args[0], 1)
+    if indices.target is aten.arange.start_step:
+        step = args[2]
+    values, g = indices.meta.get("val"), grad.meta.get("val")
+    if not isinstance(values, torch.Tensor) or not isinstance(g, torch.Tensor):
+        return False
+    rows = values.numel()
+    return (
+        start == 0
+        and step == 1
+        and values.dim() == 1
+        and not values.dtype.is_floating_point
+        and isinstance(num_weights, int)
+        and rows <= num_weights
+        and g.is_contiguous()
+        and g.numel() == rows * g.shape[-1]
+    )
+
+
+def _pad_rows(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """`node` becomes the gradient's rows padded with zero rows to the table's size."""
+    grad, indices, num_weights = node.args[:3]
+    g = grad.meta["val"]
+    rows, width = g.numel() // g.shape[-1], g.shape[-1]
+    with graph.inserting_before(node):
+        if tuple(g.shape) != (rows, width):
+            flat = graph.call_function(aten.view.default, (grad, [rows, width]))
+            flat.meta["val"] = aten.view.default(g, [rows, width])
+            grad = flat
+        padded = graph.call_function(
+            aten.constant_pad_nd.default, (grad, [0, 0, 0, num_weights - rows], 0.0)
+        )
+    padded.meta["val"] = node.meta["val"]
+    node.replace_all_uses_with(padded)
     graph.erase_node(node)

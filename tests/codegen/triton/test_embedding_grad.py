@@ -97,3 +97,59 @@ def test_triton_path_scatters_and_matches_eager(dtype):
         wide = [t.double() if t.is_floating_point() else t for t in args]
         reference = (lambda w=wide: _tied(*w)[0]) if dtype != torch.float32 else None
         assert_matches_eager(compiled(*args)[0], _tied(*args)[0], reference)
+
+
+N = 24  # a position table longer than the sequence
+
+
+def _positions(x):
+    """A position embedding's gradient: indices 0..T-1, each row once, in order."""
+    pos = torch.arange(0, T, dtype=torch.long, device=x.device)
+    return (aten.embedding_dense_backward(x, pos, N, -1, False),)
+
+
+def _positions_batched(x):
+    """The same through a [1, T] view of the indices and a [1, T, D] gradient (HF GPT-2)."""
+    pos = torch.arange(0, T, dtype=torch.long, device=x.device).unsqueeze(0)
+    return (aten.embedding_dense_backward(x.sum(0, keepdim=True), pos, N, -1, False),)
+
+
+def test_position_embedding_gradient_becomes_padded_rows():
+    for fn, x in ((_positions, torch.randn(T, D)), (_positions_batched, torch.randn(B, T, D))):
+        gm = _rewritten(fn, [x], 1)
+        assert aten.embedding_dense_backward.default not in _targets(gm), fn.__name__
+        assert aten.constant_pad_nd.default in _targets(gm)
+        for _ in range(2):
+            fresh = torch.randn_like(x)
+            torch.testing.assert_close(gm(fresh)[0], fn(fresh)[0], rtol=0, atol=0)
+
+
+def test_indices_that_are_not_rows_in_order_stay():
+    def repeated(x):  # every row indexed B times: a sum, not a copy
+        pos = torch.arange(0, T, dtype=torch.long, device=x.device).expand(B, T)
+        return (aten.embedding_dense_backward(x, pos, N, -1, False),)
+
+    def offset(x):
+        pos = torch.arange(1, T + 1, dtype=torch.long, device=x.device)
+        return (aten.embedding_dense_backward(x[0], pos, N, -1, False),)
+
+    def strided(x):
+        pos = torch.arange(0, 2 * T, 2, dtype=torch.long, device=x.device)
+        return (aten.embedding_dense_backward(x[0], pos, 2 * N, -1, False),)
+
+    def padded(x):
+        pos = torch.arange(0, T, dtype=torch.long, device=x.device)
+        return (aten.embedding_dense_backward(x[0], pos, N, 3, False),)
+
+    for fn in (repeated, offset, strided, padded):
+        gm = _rewritten(fn, [torch.randn(B, T, D)], 0)
+        assert aten.embedding_dense_backward.default in _targets(gm), fn.__name__
+
+
+def test_triton_path_pads_position_gradients_and_matches_eager():
+    require_interpreter()
+    x = torch.randn(B, T, D)
+    compiled = compile_fn(_positions_batched, x)
+    assert "embedding_dense_backward" not in compiled.wrapper_source
+    for args in ([x], [torch.randn(B, T, D)]):
+        assert_matches_eager(compiled(*args)[0], _positions_batched(*args)[0])
