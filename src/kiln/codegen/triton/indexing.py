@@ -80,7 +80,31 @@ def bind(expr, groups: list[Group]) -> sympy.Expr:
     for vars_, sizes, source in groups:
         if vars_:
             sub.update(zip(vars_, delinearize(source, tuple(sizes))))
-    return sympy.expand(expr.xreplace(sub))
+    return _substituted(expr, sub)
+
+
+def _substituted(expr: sympy.Expr, sub: dict) -> sympy.Expr:
+    """`expand(expr.xreplace(sub))`, with each clamp (`Min`/`Max`, lower.indexing.clamp) built
+    again unevaluated, as clamp builds it, and kept whole by the expansion: sympy's evaluation
+    of a `Min` compares every pair of its arguments. It had made up a third of rendering a
+    six-layer GPT's backward graph (its attention gradients' `cat`: 49-50 ms against 32 ms;
+    benchmarks/triton_passes_cpu.py, 2-core CPU machine)."""
+    clamps: dict = {}
+
+    def walk(e):
+        if e in sub:
+            return sub[e]
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            args = [sympy.expand(walk(a)).xreplace(clamps) for a in e.args]
+            hidden = sympy.Dummy(integer=True)
+            clamps[hidden] = e.func(*args, evaluate=False)
+            return hidden
+        if not e.args:
+            return e
+        args = tuple(walk(a) for a in e.args)
+        return e if args == e.args else e.func(*args)
+
+    return sympy.expand(walk(expr)).xreplace(clamps)
 
 
 def store_index(size: tuple, groups: list[Group]) -> sympy.Expr:
