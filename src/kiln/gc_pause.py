@@ -5,8 +5,8 @@ expressions, loop IR) and imports large modules (`torch._dynamo`, which `FakeTen
 imports, sympy, Triton), and many of them stay alive while it runs. CPython's collector runs a
 full collection, over every object of the process, whenever the objects that outlived the young
 generations have grown by a quarter of the old ones, so a compile keeps setting it off: a cold
-nanoGPT training compile on the H200 host spent 0.32-0.35 s in three full collections and
-0.09-0.10 s in the young ones, of a 2.3 s first call (benchmarks/RESULTS.md, eleventh session).
+nanoGPT training compile on the H200 host, its imports included, spent 0.32-0.35 s in three full
+collections and 0.09-0.10 s in young ones (benchmarks/RESULTS.md, eleventh session).
 
 `paused_gc()` turns automatic collection off for the duration of a compile step and back on
 after it (only if it was on: a program that turned it off keeps it off). The compile's garbage
