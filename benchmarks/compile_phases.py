@@ -61,7 +61,7 @@ def main() -> None:
             thunk()
         times[label] = time.perf_counter() - start
 
-    collections = _time_collections()
+    collections = time_collections()
     total = time.perf_counter()
     if args.compiler == "kiln":
         import kiln
@@ -91,8 +91,7 @@ def main() -> None:
     print(f"{args.model} {mode} {args.compiler}: {time.perf_counter() - total:.2f} s in all")
     for label, seconds in times.items():
         print(f"  {label:50s} {seconds:6.2f}")
-    full = [s for g, s in collections if g == 2]
-    young = [s for g, s in collections if g < 2]
+    full, young = full_and_young(collections)
     print(
         f"  garbage collection: {len(full)} full collections {sum(full):.2f} s, "
         f"{len(young)} young ones {sum(young):.2f} s"
@@ -113,8 +112,9 @@ def main() -> None:
         )
 
 
-def _time_collections() -> list[tuple[int, float]]:
-    """(generation, seconds) of each garbage collection from now on."""
+def time_collections() -> list[tuple[int, float]]:
+    """(generation, seconds) of each garbage collection from now on, appended to the list this
+    gives (benchmarks/gc_pause.py reads it too)."""
     out: list[tuple[int, float]] = []
     started = [0.0]
 
@@ -126,6 +126,11 @@ def _time_collections() -> list[tuple[int, float]]:
 
     gc.callbacks.append(callback)
     return out
+
+
+def full_and_young(collections: list[tuple[int, float]]) -> tuple[list[float], list[float]]:
+    """The seconds of the full collections (generation 2) and of the young ones."""
+    return [s for g, s in collections if g == 2], [s for g, s in collections if g < 2]
 
 
 if __name__ == "__main__":

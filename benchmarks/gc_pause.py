@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import os
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from compile_phases import full_and_young, time_collections  # noqa: E402
 
 
 def child(size: str, backend: str, device: str, pause: bool) -> None:
@@ -48,16 +49,7 @@ def child(size: str, backend: str, device: str, pause: bool) -> None:
         import kiln.capture.frontend as frontend
 
         frontend.paused_gc = aot.paused_gc = contextlib.nullcontext
-    seen: list[tuple[int, float]] = []
-    started = [0.0]
-
-    def callback(phase: str, info: dict) -> None:
-        if phase == "start":
-            started[0] = time.perf_counter()
-        else:
-            seen.append((info["generation"], time.perf_counter() - started[0]))
-
-    gc.callbacks.append(callback)
+    seen = time_collections()
     compiled = kiln.compile(model, backend=backend)
     cells = []
     for i in range(3):
@@ -65,9 +57,8 @@ def child(size: str, backend: str, device: str, pause: bool) -> None:
         start = time.perf_counter()
         step(compiled)
         wall = time.perf_counter() - start
-        full = sum(s for g, s in seen if g == 2)
-        young = sum(s for g, s in seen if g < 2)
-        cells.append(f"call {i + 1} {wall:.3f} s (full {full:.3f}, young {young:.3f})")
+        full, young = full_and_young(seen)
+        cells.append(f"call {i + 1} {wall:.3f} s (full {sum(full):.3f}, young {sum(young):.3f})")
     print(("paused   " if pause else "unpaused ") + " | ".join(cells), flush=True)
 
 
