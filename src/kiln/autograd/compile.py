@@ -121,11 +121,8 @@ class AotCompiled:
             self.only = entry
         return entry(args)
 
+    @paused_gc()  # the garbage collector waits until the entry is compiled (gc_pause.py)
     def _compile_entry(self, args: list, key: tuple):
-        with paused_gc():
-            return self._compile_entry_now(args, key)
-
-    def _compile_entry_now(self, args: list, key: tuple):
         grad_enabled = torch.is_grad_enabled()
         meta = analyze(self.gm, args, grad_enabled)
         if not meta.needs_autograd:
