@@ -105,18 +105,15 @@ def _rows_in_order(node: torch.fx.Node) -> bool:
         indices = indices.args[0]
     if not isinstance(indices, torch.fx.Node) or indices.target not in _ARANGES:
         return False
-    args = list(indices.args)
-    start, step = (0, 1) if indices.target is aten.arange.default else (args[0], 1)
-    if indices.target is aten.arange.start_step:
-        step = args[2]
+    start = 0 if indices.target is aten.arange.default else indices.args[0]
+    step = indices.args[2] if indices.target is aten.arange.start_step else 1
     values, g = indices.meta.get("val"), grad.meta.get("val")
     if not isinstance(values, torch.Tensor) or not isinstance(g, torch.Tensor):
         return False
-    rows = values.numel()
+    rows = values.numel()  # an arange is one-dimensional
     return (
         start == 0
         and step == 1
-        and values.dim() == 1
         and not values.dtype.is_floating_point
         and isinstance(num_weights, int)
         and rows <= num_weights
@@ -127,7 +124,7 @@ def _rows_in_order(node: torch.fx.Node) -> bool:
 
 def _pad_rows(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     """`node` becomes the gradient's rows padded with zero rows to the table's size."""
-    grad, indices, num_weights = node.args[:3]
+    grad, _, num_weights = node.args[:3]
     g = grad.meta["val"]
     rows, width = g.numel() // g.shape[-1], g.shape[-1]
     with graph.inserting_before(node):
