@@ -39,11 +39,7 @@ def passes(gm) -> dict[str, float]:
         times[name] = time.perf_counter() - start
         start = time.perf_counter()
 
-    T.functionalize_restrides(gm)
-    T.ensure_meta(gm, example)
-    T.unfuse_bias_adds(gm)
-    T.scatter_embedding_grads(gm)
-    T.pad_matmuls(gm, example)
+    T.rewrite_graph(gm, example)
     lap("rewrites")
     graph = T._lower_on_any_device(gm, list(example))
     lap("lower")
