@@ -157,7 +157,7 @@ class CompiledFunction:
         tracer.dynamic_policy = self._dynamic_dims
         _state.depth = getattr(_state, "depth", 0) + 1
         try:
-            # modules built in the trace are its own
+            # module_tree.suspended(): modules built in the trace are its own
             with tracer.mode, module_tree.suspended(), paused_gc():
                 result = self._run_root(tracer, interp, args, kwargs)
         except GraphBreakAt as brk:
