@@ -54,9 +54,12 @@ def test_closing_without_waiting_still_reaps_the_workers():
     pool._claims = tempfile.mkdtemp()  # the launcher-claims folder, removed once reaped
     slow_exit = "import sys, time; sys.stdin.read(); time.sleep(0.5)"
     pool.procs = [
-        subprocess.Popen([sys.executable, "-c", slow_exit], stdin=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", slow_exit], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         for _ in range(3)
     ]
+    pool.channels = [(p.stdin, p.stdout) for p in pool.procs]  # (jobs, replies) per worker
     procs = list(pool.procs)
     t0 = time.perf_counter()
     pool.close(wait=False)

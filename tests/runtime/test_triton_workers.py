@@ -63,16 +63,22 @@ def _nvidia_backend_problem() -> str | None:
     return None
 
 
-def test_worker_compiles_a_specialized_launch_without_torch_or_gpu(tmp_path, monkeypatch):
+def _compile_offline(tmp_path, monkeypatch) -> None:
+    """Workers compile for TARGET with no device (even on a GPU machine), into a fresh cache;
+    skips where Triton's NVIDIA backend cannot compile."""
     problem = _nvidia_backend_problem()
     if problem:
         pytest.skip(problem)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the test session sets it
+
+
+def test_worker_compiles_a_specialized_launch_without_torch_or_gpu(tmp_path, monkeypatch):
+    _compile_offline(tmp_path, monkeypatch)
     module = tmp_path / "kernels.py"
     module.write_text(KERNELS)
     cache = tmp_path / "triton-cache"
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no device, even on a GPU machine
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the test session sets it
     pool = triton_workers.WorkerPool(1, TARGET)
     try:
         job = {"path": str(module), "kernel": "scale", "specialization": _specialization(128)}
@@ -101,12 +107,7 @@ def test_worker_compiles_a_specialized_launch_without_torch_or_gpu(tmp_path, mon
 def test_jobs_of_two_modules_with_the_same_kernel_names_are_told_apart(tmp_path, monkeypatch):
     """A forward and a backward graph each have a `kernel0`: submitted one after the other and
     waited for separately, each gets its own answer, and a job given twice runs once."""
-    problem = _nvidia_backend_problem()
-    if problem:
-        pytest.skip(problem)
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    _compile_offline(tmp_path, monkeypatch)
     paths = []
     for k in range(2):
         path = tmp_path / f"graph{k}.py"
@@ -168,30 +169,31 @@ def test_the_pool_removes_its_launcher_claims_when_closed(monkeypatch):
     assert not os.path.exists(claims)
 
 
-def test_one_worker_hashes_triton_and_the_others_read_its_key(tmp_path, monkeypatch):
-    """Triton's key hashes its own 415 MB library: the first worker of a pool to claim it
-    computes it and leaves it in the pool's folder; the others read it instead of hashing."""
-    import runpy
-
-    pytest.importorskip("triton")
-    import triton.runtime.cache as cache
-
-    script = os.path.join(os.path.dirname(triton_workers.__file__), "triton_worker_main.py")
-    shared = runpy.run_path(script)["_shared_triton_key"]
-    monkeypatch.setattr(cache, "triton_key", cache.triton_key)  # put back after the test
-    monkeypatch.setenv("KILN_LAUNCHER_CLAIMS", str(tmp_path))
-    calls = []
-
-    def key():
-        calls.append(1)
-        return "the-key-of-this-triton"
-
-    shared(key)  # the first worker: claims it, computes it, writes it
-    assert calls == [1]
-    assert (tmp_path / "triton_key").read_text() == "the-key-of-this-triton"
-    shared(key)  # another worker: reads it
-    assert calls == [1]
-    assert cache.triton_key() == "the-key-of-this-triton"
-    monkeypatch.delenv("KILN_LAUNCHER_CLAIMS")
-    shared(key)  # no pool folder: it computes its own
-    assert calls == [1, 1]
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the forked pool needs os.fork")
+def test_a_pool_is_one_process_that_forks_its_workers(tmp_path, monkeypatch):
+    """Three workers: one process started, two forked from it, each saying ready with its own
+    process id; jobs compile, and closing the pool ends all three."""
+    _compile_offline(tmp_path, monkeypatch)
+    module = tmp_path / "kernels.py"
+    module.write_text(KERNELS)
+    pool = triton_workers.WorkerPool(3, TARGET)
+    try:
+        assert len(pool.procs) == 1 and len(pool.channels) == 3
+        while len(pool._ready) < 3:  # every worker says ready, with its process id
+            pool._pump(timeout=10)
+        pids = set(pool.pids.values())
+        assert len(pids) == 3 and pool.procs[0].pid in pids
+        jobs = [
+            {"path": str(module), "kernel": "scale", "specialization": _specialization(b)}
+            for b in (64, 128, 256)
+        ]
+        for k, job in enumerate(jobs):  # one module each: three jobs, three ids
+            job["path"] = str(tmp_path / f"graph{k}.py")
+            (tmp_path / f"graph{k}.py").write_text(KERNELS)
+        results = pool.wait(pool.submit(jobs))
+        assert all(r is None for r in results.values()), results
+    finally:
+        pool.close(wait=True)
+    for pid in pids:  # the first process reaped its forks before it exited
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

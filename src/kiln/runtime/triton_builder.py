@@ -315,7 +315,7 @@ def _record(pool, ids: list[str]) -> None:
     logs.log(
         "perf_hints",
         lambda: (
-            f"compiled {len(seconds)} Triton kernels in {len(pool.procs)} "
+            f"compiled {len(seconds)} Triton kernels in {len(pool.channels)} "
             f"workers: ready {STATS['workers_ready_s']:.2f} s after start, slowest kernel "
             f"{STATS['slowest_kernel_s']:.2f} s, {STATS['kernel_seconds']:.2f} s in all"
         ),

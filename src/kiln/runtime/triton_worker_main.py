@@ -1,13 +1,21 @@
-"""A Triton compile worker: a standalone script that `triton_workers.py` starts as a process.
+"""Triton compile workers: a standalone script that `triton_workers.py` starts as a process.
 
-`python triton_worker_main.py [TARGET [driver]]`, TARGET being the parent's GPU as JSON
-(`["cuda", 90, 32]`: backend, architecture, warp size); `driver`: also build Triton's CUDA
-driver module into the cache (a gcc run the parent's first use of Triton's driver would make;
-one worker does it). Reads one JSON job per line on stdin and answers one line per job on
-stdout: `{"kernel": ..., "ok": true, "hash": ..., "seconds": ...}` (`hash`: the key Triton's
-cache files the kernel under, when it was compiled from a specialization) or
-`{"kernel": ..., "ok": false, "error": "..."}`. Its first line, `{"ready": true, "at": ...}`,
-says when it can take jobs. It exits when stdin closes.
+`python triton_worker_main.py [TARGET [driver]] [--channels R:W,...]`, TARGET being the
+parent's GPU as JSON (`["cuda", 90, 32]`: backend, architecture, warp size); `driver`: also
+build Triton's CUDA driver module into the cache (a gcc run the parent's first use of Triton's
+driver would make). A worker reads one JSON job per line and answers one line per job:
+`{"kernel": ..., "ok": true, "hash": ..., "seconds": ...}` (`hash`: the key Triton's cache
+files the kernel under, when it was compiled from a specialization) or
+`{"kernel": ..., "ok": false, "error": "..."}`. Its first line, `{"ready": true, "at": ...,
+"pid": ...}`, says when it can take jobs. It exits when its jobs end.
+
+The process serves stdin and stdout itself, and forks one more worker per `R:W` pair of pipes
+the parent passed (`--channels`), after paying Triton's once-a-process costs (importing it,
+hashing its own library for cache keys, loading the backend, asking ptxas its version). So a
+pool of 16 workers pays them once, not 16 times at once: without bytecode caches each worker
+spent about a second of CPU compiling Triton's source, while the parent, on the same CPUs,
+imports torch's tracing machinery and traces the graph. The first kernel, which the parent
+waits for, does not pay them either.
 
 A job names a kernel of a kernel-module file (`path`, `kernel`) and how the parent will launch
 it, in one of two forms:
@@ -23,10 +31,6 @@ it, in one of two forms:
   together, and each held a CUDA context).
 * `dtypes`, `grid`, `constexprs`, `num_warps`: the fallback when the parent could not get a
   specialization; `JITFunction.warmup` compiles it for the current device, importing torch.
-
-Before it says it is ready, the worker pays Triton's once-a-process costs (hashing its own
-library for cache keys, loading the backend, asking ptxas its version), so that they are not
-paid by the first kernel, which the parent is waiting for.
 
 Why a script and not `multiprocessing`: a spawned multiprocessing child re-imports the parent's
 `__main__`, so a user script without an `if __name__ == "__main__":` guard would run again in
@@ -55,8 +59,9 @@ def _load(path: str):
     return module
 
 
-def _prepare(target_json: str | None, build_driver: bool = False) -> None:
-    """Triton's once-a-process work, done before the first job arrives."""
+def _prepare(target_json: str | None) -> None:
+    """Triton's once-a-process work, done before the first job arrives (and, in a pool, before
+    the other workers are forked, so that it is done once for all of them)."""
     global _TARGET
     import triton  # noqa: F401
     import triton.language  # noqa: F401
@@ -69,55 +74,24 @@ def _prepare(target_json: str | None, build_driver: bool = False) -> None:
 
     target = GPUTarget(*json.loads(target_json))
     make_backend(target).hash()  # loads the backend, runs `ptxas --version`
-    _shared_triton_key(triton_key)  # part of every cache key
+    triton_key()  # Triton's hash of its own files (libtriton is 415 MB, ~0.3 s), in every key
     import triton.compiler.code_generator  # noqa: F401
 
     _TARGET = target
-    if build_driver and target.backend == "cuda":
-        # A gcc run in the parent, a large process, also held up its main thread by up to a
-        # second (forking it); here it costs the parent nothing.
-        try:
-            from triton.backends.nvidia.driver import CudaUtils
-
-            CudaUtils()
-        except Exception:  # the parent builds it at its first launch
-            pass
 
 
-def _shared_triton_key(triton_key) -> None:
-    """Triton's hash of its own files (`triton_key`: libtriton is 415 MB, ~0.3 s), computed by
-    one worker of the pool and read by the others from the pool's folder
-    (`KILN_LAUNCHER_CLAIMS`). The 16 workers of the H200 host start while the parent traces
-    the graph, and their start-up slows it (analyze took 0.14-0.25 s beside them, 0.09-0.12 s
-    without them); this is the part of it one worker can do for all. The value is the same in
-    every worker (one Triton installation); a worker that finds none within a few seconds
-    computes it itself."""
-    import functools
-
-    import triton.runtime.cache as cache
-
-    claimed = _claim("triton_key.claim")
-    path = os.path.join(os.environ.get("KILN_LAUNCHER_CLAIMS", ""), "triton_key")
-    if claimed is False:  # another worker computes it
-        deadline = time.time() + 3.0
-        while time.time() < deadline:
-            try:
-                with open(path) as f:
-                    key = f.read()
-            except FileNotFoundError:
-                key = ""
-            if key:
-                cache.triton_key = functools.lru_cache()(functools.partial(str, key))
-                return
-            time.sleep(0.005)
-    if not claimed:  # no pool folder, or no key in time: this worker's own
-        triton_key()
+def _build_driver() -> None:
+    """Build Triton's CUDA driver module into its cache: a gcc run the parent's first use of
+    the driver would make. In the parent, a large process, it also held up the main thread by
+    up to a second (forking it); here it costs the parent nothing."""
+    if _TARGET is None or _TARGET.backend != "cuda":
         return
-    key = triton_key()
-    tmp = f"{path}.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(key)
-    os.replace(tmp, path)  # atomic: a reader sees all of it or nothing
+    try:
+        from triton.backends.nvidia.driver import CudaUtils
+
+        CudaUtils()
+    except Exception:  # the parent builds it at its first launch
+        pass
 
 
 def _unpack(data: dict, tl):
@@ -254,13 +228,11 @@ def _compile(job: dict) -> str | None:
     return None
 
 
-def main(argv: list[str]) -> int:
-    try:
-        _prepare(argv[1] if len(argv) > 1 else None, argv[2:3] == ["driver"])
-    except Exception:  # jobs with a specialization then fall back to warmup
-        pass
-    print(json.dumps({"ready": True, "at": time.time()}), flush=True)
-    for line in sys.stdin:
+def _serve(jobs, replies) -> None:
+    """Say ready, then answer each job read from `jobs` on `replies`, until `jobs` ends."""
+    replies.write(json.dumps({"ready": True, "at": time.time(), "pid": os.getpid()}) + "\n")
+    replies.flush()
+    for line in jobs:
         if not line.strip():
             continue
         job = json.loads(line)
@@ -270,7 +242,61 @@ def main(argv: list[str]) -> int:
         except Exception as e:  # reported to the parent, which compiles the kernel itself
             reply = {"kernel": job["kernel"], "ok": False, "error": f"{type(e).__name__}: {e}"}
         reply["seconds"] = time.perf_counter() - start
-        print(json.dumps(reply), flush=True)
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+def _channels(spec: str | None) -> list[tuple]:
+    """This process's stdin and stdout, then one (jobs, replies) pair of pipes per `R:W` of
+    `spec` (file descriptors the parent passed)."""
+    pairs = [(sys.stdin, sys.stdout)]
+    for pair in spec.split(",") if spec else ():
+        r, w = (int(fd) for fd in pair.split(":"))
+        pairs.append((os.fdopen(r), os.fdopen(w, "w")))
+    return pairs
+
+
+def _fork_workers(channels: list[tuple]) -> tuple[int, list[int]]:
+    """One forked worker per channel after the first: gives the index of the channel this
+    process serves and, in the first process, its children's pids. Each process closes the
+    other channels, so that a worker that dies shows as the end of its own replies only."""
+    children = []
+    for k in range(1, len(channels)):
+        pid = os.fork()
+        if pid == 0:
+            children, mine = [], k
+            break
+        children.append(pid)
+    else:
+        mine = 0
+    for k, (jobs, replies) in enumerate(channels):
+        if k != mine:
+            jobs.close()
+            replies.close()
+    return mine, children
+
+
+def main(argv: list[str]) -> int:
+    spec = None
+    if "--channels" in argv:
+        at = argv.index("--channels")
+        spec, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
+    try:
+        _prepare(argv[1] if len(argv) > 1 else None)
+    except Exception:  # jobs with a specialization then fall back to warmup
+        pass
+    channels = _channels(spec)
+    mine, children = _fork_workers(channels)
+    if mine:
+        try:
+            _serve(*channels[mine])
+        finally:
+            os._exit(0)  # a forked worker: none of the first process's exit handlers
+    if argv[2:3] == ["driver"]:
+        _build_driver()
+    _serve(*channels[0])
+    for pid in children:  # they end when the parent closes their jobs, as it does all at once
+        os.waitpid(pid, 0)
     return 0
 
 

@@ -5,9 +5,11 @@ or its argument dtypes, grid, constexprs and warps); gives, per job, whether the
 it into Triton's on-disk cache. The parent's first launch of a compiled kernel then only loads
 the binary (and its C launcher, which the worker built too).
 
-Each worker is `python triton_worker_main.py` (a standalone script: never the user's `__main__`,
-never kiln), speaking one JSON line per job each way over pipes. Jobs go to whichever worker is
-free, so one slow kernel does not hold up the rest. `start()` launches the processes without
+The workers run `triton_worker_main.py` (a standalone script: never the user's `__main__`, never
+kiln), speaking one JSON line per job each way over pipes. Where the system can fork, the pool
+starts one process, which forks the other workers once it has imported Triton, so that the
+import is paid once and not by every worker at the same time. Jobs go to whichever worker is
+free, so one slow kernel does not hold up the rest. `start()` launches the workers without
 waiting for them, so that their start-up (importing Triton and paying its once-a-process costs,
 about half a second) overlaps lowering and scheduling. `submit()` hands jobs out and returns;
 `wait()` serves the workers until given jobs are done (so a forward graph's kernels compile
@@ -35,26 +37,20 @@ class WorkerPool:
     def __init__(self, workers: int, target: list | None = None) -> None:
         argv = [sys.executable, _SCRIPT] + ([json.dumps(target)] if target else [])
         # where the workers claim the C launchers they build, so that kernels with the same
-        # signature (which share a launcher) do not each run gcc for it, and where one of them
-        # leaves Triton's cache key for the others (triton_worker_main.py)
+        # signature (which share a launcher) do not each run gcc for it (triton_worker_main.py)
         self._claims = tempfile.mkdtemp(prefix="kiln-launchers-")
         env = dict(os.environ, KILN_LAUNCHER_CLAIMS=self._claims)
+        # one process that forks the others once it has imported Triton; where there is no
+        # fork, one process a worker
+        forked = workers - 1 if hasattr(os, "fork") else 0
         self.procs: list[subprocess.Popen] = []
-        for i in range(workers):
-            self.procs.append(
-                subprocess.Popen(
-                    argv + (["driver"] if target and i == 0 else []),
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    text=True,
-                    bufsize=1,
-                    env=env,
-                )
-            )
+        self.channels: list[tuple] = []  # (jobs, replies) of each worker
+        for i in range(workers - forked):
+            driver = ["driver"] if target and i == 0 else []
+            self._launch(argv + driver, env, forked if i == 0 else 0)
         self._sel = selectors.DefaultSelector()
-        for i, p in enumerate(self.procs):
-            self._sel.register(p.stdout, selectors.EVENT_READ, i)
+        for i, (_, replies) in enumerate(self.channels):
+            self._sel.register(replies, selectors.EVENT_READ, i)
         self._ready: set[int] = set()
         self._busy: dict[int, dict] = {}  # worker -> the job it is compiling
         self._queue: list[dict] = []  # jobs not handed out yet, the next one last
@@ -63,8 +59,33 @@ class WorkerPool:
         # seconds from the pool's start until each worker was ready, and each job's compile
         # seconds in its worker (the builder logs them)
         self.ready_after: dict[int, float] = {}
+        self.pids: dict[int, int] = {}  # worker -> its process id, from its ready line
         self.seconds: dict[str, float] = {}
         self.hashes: dict[str, str] = {}  # job id -> its kernel's Triton cache hash, if known
+
+    def _launch(self, argv: list[str], env: dict, forked: int) -> None:
+        """Start one worker process, with pipes for `forked` more that it forks."""
+        passed, pipes = [], []
+        for _ in range(forked):
+            jobs_r, jobs_w = os.pipe()
+            replies_r, replies_w = os.pipe()
+            passed += [jobs_r, replies_w]
+            pipes.append((os.fdopen(jobs_w, "w"), os.fdopen(replies_r)))
+        pairs = ",".join(f"{passed[k]}:{passed[k + 1]}" for k in range(0, len(passed), 2))
+        proc = subprocess.Popen(
+            argv + (["--channels", pairs] if pairs else []),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            env=env,
+            pass_fds=passed,
+        )
+        for fd in passed:  # the worker's ends
+            os.close(fd)
+        self.procs.append(proc)
+        self.channels += [(proc.stdin, proc.stdout), *pipes]
 
     def submit(self, jobs: list[dict]) -> list[str]:
         """Queue `jobs` and hand out what ready workers can take now, without waiting; gives the
@@ -102,7 +123,7 @@ class WorkerPool:
         """Read what the workers have said (within `timeout`), then hand out queued jobs."""
         for key, _ in self._sel.select(timeout) if self._sel.get_map() else ():
             i = key.data
-            line = self.procs[i].stdout.readline()
+            line = self.channels[i][1].readline()
             if not line:  # the worker died: its job failed, it takes no more
                 self._sel.unregister(key.fileobj)
                 self._ready.discard(i)
@@ -114,6 +135,7 @@ class WorkerPool:
             if reply.get("ready"):
                 self._ready.add(i)
                 self.ready_after[i] = reply.get("at", time.time()) - self.started
+                self.pids[i] = reply.get("pid", 0)
             else:
                 job = self._busy.pop(i)
                 self._results[job["id"]] = None if reply["ok"] else reply.get("error", "?")
@@ -127,8 +149,9 @@ class WorkerPool:
     def _send(self, i: int, job: dict) -> None:
         self._busy[i] = job
         try:
-            self.procs[i].stdin.write(json.dumps(job) + "\n")
-            self.procs[i].stdin.flush()
+            jobs = self.channels[i][0]
+            jobs.write(json.dumps(job) + "\n")
+            jobs.flush()
         except OSError:  # died between jobs: the read side reports it
             pass
 
@@ -138,25 +161,30 @@ class WorkerPool:
         the first call after a compile need not wait for that (BERT's cold first call spent
         0.97 s of its 9.5 s here)."""
         procs, self.procs = self.procs, []
+        channels, self.channels = self.channels, []
         self._sel.close()
-        for p in procs:
+        for jobs, _ in channels:
             try:
-                p.stdin.close()
+                jobs.close()
             except OSError:
                 pass
+        replies = [r for _, r in channels]
         if wait:
-            _reap(procs, self._claims)
+            _reap(procs, replies, self._claims)
         else:
-            threading.Thread(target=_reap, args=(procs, self._claims), daemon=True).start()
+            reaping = (procs, replies, self._claims)
+            threading.Thread(target=_reap, args=reaping, daemon=True).start()
 
 
-def _reap(procs: list[subprocess.Popen], claims: str) -> None:
-    for p in procs:
+def _reap(procs: list[subprocess.Popen], replies: list, claims: str) -> None:
+    for p in procs:  # the first process waits for the workers it forked before it exits
         try:
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+    for r in replies:
+        r.close()
     shutil.rmtree(claims, ignore_errors=True)
 
 
