@@ -287,10 +287,9 @@ def warm(path: str, module, launches: dict) -> Callable[[], None] | None:
 
     def finish() -> None:
         begin = time.perf_counter()
-        results = pool.wait(ids, meanwhile=None if every_spec else _hash_triton)
-        _record(pool, ids)
-        for job, job_id in zip(jobs, ids):
-            error = results[job_id]
+        job_of = dict(zip(ids, jobs))
+        # each kernel is loaded as soon as its worker is done, while the others still compile
+        for job_id, error in pool.as_completed(ids, None if every_spec else _hash_triton):
             if error is not None:
                 logs.log(
                     "perf_hints",
@@ -299,9 +298,11 @@ def warm(path: str, module, launches: dict) -> Callable[[], None] | None:
                 continue
             STATS["warmed"] += 1
             kernel_hash = pool.hashes.get(job_id)
+            job = job_of[job_id]
             if kernel_hash and job["specialization"]:
                 jit = getattr(module, job["kernel"])
                 STATS["preloaded"] += _preload(jit, job["specialization"], kernel_hash)
+        _record(pool, ids)
         STATS["warm_seconds"] += time.perf_counter() - begin
 
     return finish

@@ -104,7 +104,18 @@ class WorkerPool:
         """Serve the workers until every job of `ids` is done; {id: None if compiled, else the
         reason it was not}. `meanwhile`: a function to call once every queued job has been
         handed out, while the workers compile."""
-        while any(i not in self._results for i in ids) and self._sel.get_map():
+        return dict(self.as_completed(ids, meanwhile))
+
+    def as_completed(self, ids: list[str], meanwhile=None):
+        """`wait`, giving each job's (id, None if compiled else why not) as soon as it is done,
+        so that the caller can load a kernel while the workers compile the rest."""
+        pending = list(dict.fromkeys(ids))
+        while pending:
+            for i in [i for i in pending if i in self._results]:
+                pending.remove(i)
+                yield i, self._results[i]
+            if not pending or not self._sel.get_map():
+                break
             if meanwhile is not None and not self._queue:
                 meanwhile, later = None, meanwhile
                 later()
@@ -112,7 +123,8 @@ class WorkerPool:
             self._pump(timeout=None)
         if meanwhile is not None:
             meanwhile()
-        return {i: self._results.get(i, "no compile worker was left") for i in ids}
+        for i in pending:
+            yield i, "no compile worker was left"
 
     def run(self, jobs: list[dict], meanwhile=None) -> dict[str, str | None]:
         """`submit` then `wait`: {kernel: None if compiled, else the reason it was not}."""
