@@ -172,7 +172,8 @@ def test_the_pool_removes_its_launcher_claims_when_closed(monkeypatch):
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the forked pool needs os.fork")
 def test_a_pool_is_one_process_that_forks_its_workers(tmp_path, monkeypatch):
     """Three workers: one process started, two forked from it, each saying ready with its own
-    process id; jobs compile, and closing the pool ends all three."""
+    process id; jobs compile (from modules that print as they load: the replies stay clean),
+    and closing the pool ends all three."""
     _compile_offline(tmp_path, monkeypatch)
     module = tmp_path / "kernels.py"
     module.write_text(KERNELS)
@@ -189,7 +190,7 @@ def test_a_pool_is_one_process_that_forks_its_workers(tmp_path, monkeypatch):
         ]
         for k, job in enumerate(jobs):  # one module each: three jobs, three ids
             job["path"] = str(tmp_path / f"graph{k}.py")
-            (tmp_path / f"graph{k}.py").write_text(KERNELS)
+            (tmp_path / f"graph{k}.py").write_text('print("noise on stdout")\n' + KERNELS)
         results = pool.wait(pool.submit(jobs))
         assert all(r is None for r in results.values()), results
     finally:

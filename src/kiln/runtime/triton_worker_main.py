@@ -247,18 +247,29 @@ def _serve(jobs, replies) -> None:
 
 
 def _channels(spec: str | None) -> list[tuple]:
-    """This process's stdin and stdout, then one (jobs, replies) pair of pipes per `R:W` of
-    `spec` (file descriptors the parent passed)."""
-    pairs = [(sys.stdin, sys.stdout)]
+    """The (jobs, replies) pairs: stdin and a copy of stdout, then one pair of pipes per `R:W`
+    of `spec` (file descriptors the parent passed). Stdout itself then goes to /dev/null, so
+    that nothing a kernel module or Triton prints can break a reply line."""
+    pairs = [(sys.stdin, os.fdopen(os.dup(1), "w"))]
+    _to_devnull(1)
     for pair in spec.split(",") if spec else ():
         r, w = (int(fd) for fd in pair.split(":"))
         pairs.append((os.fdopen(r), os.fdopen(w, "w")))
     return pairs
 
 
+def _to_devnull(*fds: int) -> None:
+    """Point `fds` at /dev/null. Not closed: a descriptor opened later would take their number
+    (0 or 1) and with it whatever is written there."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in fds:
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def _fork_workers(channels: list[tuple]) -> tuple[int, list[int]]:
     """One forked worker per channel after the first: gives the index of the channel this
-    process serves and, in the first process, its children's pids. Each process closes the
+    process serves and, in the first process, its children's pids. Each process lets go of the
     other channels, so that a worker that dies shows as the end of its own replies only."""
     children = []
     for k in range(1, len(channels)):
@@ -270,9 +281,13 @@ def _fork_workers(channels: list[tuple]) -> tuple[int, list[int]]:
     else:
         mine = 0
     for k, (jobs, replies) in enumerate(channels):
-        if k != mine:
+        if k == mine:
+            continue
+        if k == 0:  # stdin
+            _to_devnull(0)
+        else:
             jobs.close()
-            replies.close()
+        replies.close()
     return mine, children
 
 
