@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+import time
 
 import pytest
 
@@ -175,22 +176,21 @@ def test_a_pool_is_one_process_that_forks_its_workers(tmp_path, monkeypatch):
     process id; jobs compile (from modules that print as they load: the replies stay clean),
     and closing the pool ends all three."""
     _compile_offline(tmp_path, monkeypatch)
-    module = tmp_path / "kernels.py"
-    module.write_text(KERNELS)
+    jobs = []
+    for k, block in enumerate((64, 128, 256)):  # one module each: three jobs, three ids
+        path = tmp_path / f"graph{k}.py"
+        path.write_text('print("noise on stdout")\n' + KERNELS)
+        jobs.append(
+            {"path": str(path), "kernel": "scale", "specialization": _specialization(block)}
+        )
     pool = triton_workers.WorkerPool(3, TARGET)
     try:
         assert len(pool.procs) == 1 and len(pool.channels) == 3
-        while len(pool._ready) < 3:  # every worker says ready, with its process id
-            pool._pump(timeout=10)
+        deadline = time.time() + 60
+        while len(pool._ready) < 3 and time.time() < deadline:  # each says ready, with its pid
+            pool._pump(timeout=1)
         pids = set(pool.pids.values())
         assert len(pids) == 3 and pool.procs[0].pid in pids
-        jobs = [
-            {"path": str(module), "kernel": "scale", "specialization": _specialization(b)}
-            for b in (64, 128, 256)
-        ]
-        for k, job in enumerate(jobs):  # one module each: three jobs, three ids
-            job["path"] = str(tmp_path / f"graph{k}.py")
-            (tmp_path / f"graph{k}.py").write_text('print("noise on stdout")\n' + KERNELS)
         results = pool.wait(pool.submit(jobs))
         assert all(r is None for r in results.values()), results
     finally:

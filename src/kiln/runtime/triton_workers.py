@@ -12,8 +12,9 @@ import is paid once and not by every worker at the same time. Jobs go to whichev
 free, so one slow kernel does not hold up the rest. `start()` launches the workers without
 waiting for them, so that their start-up (importing Triton and paying its once-a-process costs,
 about half a second) overlaps lowering and scheduling. `submit()` hands jobs out and returns;
-`wait()` serves the workers until given jobs are done (so a forward graph's kernels compile
-while its backward is lowered); `run()` is both. A worker that dies fails its job, which the
+`wait()` serves the workers until given jobs are done (so a training step's backward kernels
+compile while its forward is lowered), and `as_completed()` gives each job as it finishes;
+`run()` is `submit()` then `wait()`. A worker that dies fails its job, which the
 caller then compiles itself: a worker problem costs time, never correctness.
 """
 
