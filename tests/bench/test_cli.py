@@ -268,3 +268,107 @@ def test_phase_lock_timing_waits_for_other_workers_compiling(tmp_path):
     assert entered.wait(10)
     t.join()
     timing.release()
+
+
+def test_processes_must_be_positive(capsys):
+    assert "--processes must be positive, got 0" in _usage_error(capsys, ["--processes", "0"])
+    assert "--processes must be positive, got -2" in _usage_error(capsys, ["--processes", "-2"])
+    assert "invalid int value: '1.5'" in _usage_error(capsys, ["--processes", "1.5"])
+
+
+def _fake_rows(task: suite.Task, c: int) -> list[dict]:
+    """The rows the `c`th call of a fake worker gives: figures that say which call made them
+    (compiled c ms, eager 10 c ms, compile 100 + c s, c graphs)."""
+    rows = worker.failed_rows(task, None, True)
+    for row in rows:
+        row.update(median_ms=float(c), eager_ms=10.0 * c, worker_s=1.0)
+        row.update(compile_s=None if row["compiler"] == "eager" else 100.0 + c)
+        row["speedup_vs_eager"] = row["eager_ms"] / row["median_ms"]
+    rows[-1]["graphs"] = c
+    return rows
+
+
+class _FakeWorker:
+    """Stands in for worker.run_in_subprocess: records which task each call ran and gives
+    `_fake_rows`, after `sleep_s` on the first call."""
+
+    def __init__(self, sleep_s: float = 0.0):
+        self.models: list[str] = []
+        self.sleep_s = sleep_s
+
+    def __call__(self, task: suite.Task, timeout_s: float) -> list[dict]:
+        self.models.append(task.model)
+        if len(self.models) == 1:
+            time.sleep(self.sleep_s)
+        return _fake_rows(task, len(self.models))
+
+
+def _two_tasks() -> list[suite.Task]:
+    return [_tiny_task(model="mlp", compiler="kiln", with_eager=True), _tiny_task(model="nanogpt")]
+
+
+def test_processes_run_round_robin_and_merge_in_task_order(monkeypatch, capsys):
+    fake = _FakeWorker()
+    monkeypatch.setattr(worker, "run_in_subprocess", fake)
+    rows, skipped = cli.run_tasks(_two_tasks(), timeout_s=60, budget_s=0, processes=3)
+    # the first process of each task, then the second of each, then the third
+    assert fake.models == ["mlp", "nanogpt"] * 3
+    assert skipped == []
+    # mlp's runs were calls 1, 3, 5; nanogpt's 2, 4, 6
+    assert [(r["model"], r["compiler"]) for r in rows] == [
+        ("mlp", "eager"),
+        ("mlp", "kiln"),
+        ("nanogpt", "eager"),
+    ]
+    eager, kiln, nanogpt = rows
+    assert kiln["median_ms_runs"] == [1.0, 3.0, 5.0] and kiln["median_ms"] == 3.0
+    assert kiln["compile_s_runs"] == [101.0, 103.0, 105.0] and kiln["compile_s"] == 103.0
+    assert kiln["speedup_vs_eager"] == 10.0 and kiln["graphs"] == 5
+    assert eager["compile_s"] is None and eager["median_ms"] == 3.0
+    assert nanogpt["median_ms_runs"] == [2.0, 4.0, 6.0] and nanogpt["median_ms"] == 4.0
+    assert all(r["processes"] == 3 and r["worker_s"] == 3.0 for r in rows)
+    out = capsys.readouterr().out
+    assert "running mlp kiln default (+ eager) (process 2/3)" in out
+    assert "9/9 rows" in out  # the live view counts each process's rows
+    assert "merged: medians over 3 fresh processes" in out
+    assert out.rstrip().endswith(cli.report.format_row(nanogpt).rstrip())
+
+
+def test_one_process_gives_the_workers_rows_unchanged(monkeypatch, capsys):
+    fake = _FakeWorker()
+    monkeypatch.setattr(worker, "run_in_subprocess", fake)
+    tasks = _two_tasks()
+    rows, skipped = cli.run_tasks(tasks, timeout_s=60, budget_s=0)
+    assert fake.models == ["mlp", "nanogpt"] and skipped == []
+    assert rows == _fake_rows(tasks[0], 1) + _fake_rows(tasks[1], 2)  # no merged fields
+    assert "merged" not in capsys.readouterr().out
+
+
+def test_budget_cuts_later_processes_and_the_task_keeps_those_that_ran(monkeypatch):
+    # the first run takes the budget below the 30 s a run needs: every later run is skipped
+    monkeypatch.setattr(worker, "run_in_subprocess", _FakeWorker(sleep_s=1.1))
+    rows, skipped = cli.run_tasks(_two_tasks(), timeout_s=60, budget_s=31, processes=2)
+    assert [(r["model"], r["processes"], r["median_ms_runs"]) for r in rows] == [
+        ("mlp", 1, [1.0]),
+        ("mlp", 1, [1.0]),
+    ]
+    budget = "time budget of 31 s used up (--budget-s)"
+    assert skipped == [
+        {"model": "mlp kiln default (+ eager)", "reason": f"ran in 1 of 2 processes: {budget}"},
+        {"model": "nanogpt eager default", "reason": budget},
+    ]
+
+
+def test_processes_reach_the_run_and_the_metadata(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_run_tasks(tasks, timeout_s, budget_s, out=None, jobs=1, processes=1):
+        seen["processes"] = processes
+        return [row for t in tasks for row in _fake_rows(t, 1)], []
+
+    monkeypatch.setattr(cli, "run_tasks", fake_run_tasks)
+    path = tmp_path / "out.json"
+    argv = ["--models", "mlp", "--compilers", "eager", "--processes", "4", "--json", str(path)]
+    assert cli.bench_main(argv) == 0
+    assert seen == {"processes": 4}
+    assert json.loads(path.read_text())["meta"]["processes"] == 4

@@ -153,3 +153,16 @@ def test_progress_prints_rows_and_count(capsys):
     assert "running mlp torch default" in out
     assert report.format_row(ROWS[1]) in out
     assert "1/2 rows" in out
+
+
+def test_markdown_says_rows_are_medians_over_processes(tmp_path):
+    path = tmp_path / "out.md"
+    report.write_markdown(str(path), ROWS, SKIPPED, META)
+    assert "fresh processes" not in path.read_text()  # one process a row: no note
+    report.write_markdown(str(path), [{**r, "processes": 3} for r in ROWS], SKIPPED, META)
+    text = path.read_text()
+    assert "Each figure is the median over 3 fresh processes, each with cold caches" in text
+    assert "speedup: the median of the per-process ratios" in text
+    rows = [{**r, "processes": 3} for r in ROWS[:-1]] + [{**ROWS[-1], "processes": 1}]
+    report.write_markdown(str(path), rows, SKIPPED, META)
+    assert "median over 1 to 3 fresh processes (a row's `processes`" in path.read_text()

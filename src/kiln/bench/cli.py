@@ -7,6 +7,8 @@ matched eager, 1 when a compiled result was wrong or a row failed, 2 for a usage
 
 A suite preset (`--suite cpu|gpu`, by default the one for `--device`) supplies the models,
 compilers, modes, dtype, size, timing and time budget; any flag given explicitly overrides it.
+`--processes N` runs each task in N fresh processes and reports the median (processes.py says
+why one process a row is not enough to compare compilers).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import threading
 import time
 
 from . import report, suite
+from .processes import merge
 from .suite import COMPILERS, DEVICES, DTYPES, MODES, SUITES
 
 
@@ -30,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kiln bench",
         description="Compare eager, torch.compile and kiln: correctness against eager, cold "
-        "compile time, steady-state speed and peak memory, one fresh process per row.",
+        "compile time, steady-state speed and peak memory, each row in fresh processes.",
         epilog="Model names take flags: NAME[:train][:DTYPE], e.g. nanogpt:train:float32. "
         "Exit status: 0 all rows correct, 1 a wrong result or failed row, 2 usage error.",
     )
@@ -64,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="workers running at once (default: the suite's); compile and check phases "
         "overlap, steady-state timing takes turns under a lock",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="fresh worker processes per task, each with cold caches; a row reports the median "
+        "over them (default 1: a process's speed is a draw, so compare compilers with 3 or more)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
     p.add_argument("--models-dir", help="the benchmarks/models folder to load")
@@ -113,6 +123,7 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser):
         ("--timeout-s", args.timeout_s),
         ("--threads", args.threads),
         ("--jobs", args.jobs),
+        ("--processes", args.processes),
     )
     for name, value in checks:
         if value is not None and value <= 0:
@@ -152,10 +163,16 @@ def _has_matplotlib() -> bool:
 
 
 def run_tasks(
-    tasks, timeout_s: float, budget_s: float, out=None, jobs: int = 1
+    tasks, timeout_s: float, budget_s: float, out=None, jobs: int = 1, processes: int = 1
 ) -> tuple[list, list]:
-    """Each task in its own worker, under the live view; tasks not started within the budget
-    are skipped with the reason. Gives (rows, skipped), rows in task order.
+    """Each task in `processes` fresh workers, under the live view; runs not started within the
+    budget are skipped. Gives (rows, skipped), rows in task order, each merged over the task's
+    runs (`processes.merge`; with one process a task, the worker's rows as they came).
+
+    Runs go round-robin: the first process of every task, then the second of every task, and so
+    on, so that a slow spell of the machine falls on one run of many tasks rather than on every
+    run of one. A task whose later runs the budget cut off is merged over those that ran, and
+    skipped (with the reason) only when none did.
 
     With `jobs` > 1, that many workers run at once: their start-up, compile and check phases
     overlap (cold compile times then include contention for the CPU, alike for every compiler),
@@ -164,32 +181,50 @@ def run_tasks(
     overlaps a timing, so use it where cores are plenty (the GPU suite), not on 2 cores."""
     from .worker import run_in_subprocess
 
-    progress = report.Progress(sum(t.rows for t in tasks), out)
-    results: list[list] = [[] for _ in tasks]
-    skipped, start, lock = [], time.perf_counter(), threading.Lock()
+    progress = report.Progress(processes * sum(t.rows for t in tasks), out)
+    # runs[i][k]: the rows process k gave for task i; None while (or if never) run.
+    runs: list[list[list | None]] = [[None] * processes for _ in tasks]
+    budget_used, start, lock = False, time.perf_counter(), threading.Lock()
     with tempfile.TemporaryDirectory(prefix="kiln-bench-lock-") as tmp:
         timing_lock = os.path.join(tmp, "timing.lock") if jobs > 1 else None
 
-        def run(i: int) -> None:
+        def run(k: int, i: int) -> None:
+            nonlocal budget_used
             task = dataclasses.replace(tasks[i], timing_lock=timing_lock)
             left = budget_s - (time.perf_counter() - start) if budget_s else float("inf")
             if left < 30:
-                reason = f"time budget of {budget_s:.0f} s used up (--budget-s)"
-                with lock:
-                    skipped.append({"model": task.label, "reason": reason})
+                budget_used = True
                 return
+            label = task.label + (f" (process {k + 1}/{processes})" if processes > 1 else "")
             with lock:
-                progress.starting(task.label)
+                progress.starting(label)
             rows = run_in_subprocess(task, min(timeout_s, left))
             with lock:
-                results[i] = rows
+                runs[i][k] = rows
                 for row in rows:
                     progress.finished(row)
 
+        order = [(k, i) for k in range(processes) for i in range(len(tasks))]
         with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
-            list(pool.map(run, range(len(tasks))))
+            list(pool.map(lambda ki: run(*ki), order))
     progress.close()
-    return [row for rows in results for row in rows], skipped
+    rows, skipped = [], []
+    why = f"time budget of {budget_s:.0f} s used up (--budget-s)" if budget_used else ""
+    for task, task_runs in zip(tasks, runs):
+        ran = [r for r in task_runs if r is not None]
+        if not ran:
+            skipped.append({"model": task.label, "reason": why})
+        elif processes == 1:
+            rows += ran[0]  # as one worker gave them: no merged fields
+        else:
+            rows += merge(ran)
+            if len(ran) < processes:
+                reason = f"ran in {len(ran)} of {processes} processes: {why}"
+                skipped.append({"model": task.label, "reason": reason})
+    if processes > 1:  # the live view showed each process's rows; these are what is reported
+        heading = f"merged: medians over {processes} fresh processes a row (peak, counts: largest)"
+        report.print_table(rows, heading, out)
+    return rows, skipped
 
 
 def _meta(argv: list[str], title: str, tasks, args, jobs: int = 1) -> dict:
@@ -214,6 +249,7 @@ def _meta(argv: list[str], title: str, tasks, args, jobs: int = 1) -> dict:
         "threads": args.threads or f"torch default ({torch.get_num_threads()})",
         "timing_s": tasks[0].timing_s if tasks else args.timing_s,
         "jobs": jobs,
+        "processes": args.processes,
     }
 
 
@@ -246,7 +282,8 @@ def bench_main(argv: list[str]) -> int:
         print("kiln bench: nothing to run", file=sys.stderr)
         return 1
     jobs = args.jobs or preset.jobs
-    rows, over = run_tasks(tasks, args.timeout_s or preset.worker_timeout_s, budget, jobs=jobs)
+    timeout_s = args.timeout_s or preset.worker_timeout_s
+    rows, over = run_tasks(tasks, timeout_s, budget, jobs=jobs, processes=args.processes)
     skipped += over
     for line in report.summary_lines(rows, over):
         print(line)

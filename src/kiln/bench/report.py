@@ -116,6 +116,18 @@ class Progress:
         )
 
 
+def print_table(rows: list[dict], heading: str, out: TextIO | None = None) -> None:
+    """The rows under `heading` and the live view's header: the merged rows of a run whose
+    live view showed each process's rows (--processes)."""
+    out = out or sys.stdout
+    print(f"\n{heading}", file=out)
+    print(format_header(), file=out)
+    print("-" * len(format_header()), file=out)
+    for row in rows:
+        print(format_row(row), file=out)
+    out.flush()
+
+
 def _clock(seconds: float) -> str:
     return f"{int(seconds // 60):02d}:{int(seconds % 60):02d}"
 
@@ -202,11 +214,27 @@ def write_markdown(path: str, rows: list[dict], skipped: list[dict], meta: dict)
         "compile s: first call (compile + run), cold caches, fresh process; peak MiB: see "
         "`kiln.bench.measure` for what is counted on each device. "
         f"fallbacks: graphs that ran on eager kernels because the compiler gave up on them; "
-        f"correct `{FELL_BACK}`: matched eager, with fallbacks (partly not the compiler's code).",
+        f"correct `{FELL_BACK}`: matched eager, with fallbacks (partly not the compiler's code)."
+        + _processes_note(rows),
         "",
     ]
     with open(path, "w") as f:
         f.write("\n".join(lines))
+
+
+def _processes_note(rows: list[dict]) -> str:
+    """The closing paragraph's sentence on rows merged over several processes (--processes)."""
+    counts = sorted({r["processes"] for r in rows if r.get("processes")})
+    if not counts or counts[-1] == 1:
+        return ""
+    many = str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+    fewer = " (a row's `processes` in the JSON says how many)" if len(counts) > 1 else ""
+    return (
+        f" Each figure is the median over {many} fresh processes{fewer}, each with cold caches "
+        "(speedup: the median of the per-process ratios, each timed within one process; peak "
+        "MiB, graphs, breaks and fallbacks: the largest any process saw); the per-process "
+        "values are in the JSON (`*_runs`)."
+    )
 
 
 def _md_value(v) -> str:
