@@ -115,3 +115,33 @@ def test_launch_hooks_see_every_launch():
     torch.cuda.synchronize()
     torch.testing.assert_close(out, x * 2)
     assert len(seen) == 3
+
+
+def test_wrapper_style_launches_go_through_the_bound_launch():
+    """`kernel[grid](...)` as the wrapper writes it: after the first launch the grid's entry is
+    the native bound launch; every result is right, a misaligned view and a launch hook take
+    the Python path, and the bound launch serves again after them."""
+    from triton import knobs
+
+    from kiln.runtime import triton_native_launcher as tnl
+    from kiln.runtime.triton_launch import FastKernel
+
+    if not tnl.available():
+        pytest.skip("kiln's native launch is not available here")
+    kernel = FastKernel(_copy2())
+    base = torch.randn(1024 + 1, device="cuda")
+    seen = []
+    for i in range(8):
+        x = base[1:513] if i == 4 else torch.randn(512, device="cuda")
+        out = torch.empty(512, device="cuda")
+        if i == 6:
+            knobs.runtime.launch_enter_hook.add(seen.append)
+        try:
+            kernel[(2,)](x, out, XBLOCK=256, num_warps=4)
+        finally:
+            knobs.runtime.launch_enter_hook.remove(seen.append)
+        torch.testing.assert_close(out, x * 2)
+        if i == 0:
+            assert type(kernel[(2,)]).__name__ == "BoundLaunch"
+    assert len(seen) == 1  # the one launch made while the hook was set
+    assert kernel._launches[(2,)].raw is not None

@@ -16,6 +16,13 @@ A kernel that needs scratch memory, or a Triton without these entry points, laun
 itself is kiln's generic native one where it can be (triton_native_launcher.py): Triton gives
 a kernel its launcher at the first launch, which happens here.
 
+Where kiln's native launcher took the kernel and its arguments are tensors only, the first
+launch also binds it (`bind_launch`, native_launch.cpp): `FastKernel` is a dict from grid to
+launch, and the grid's entry becomes the native `BoundLaunch`, so the wrapper's
+`kernel0[grid](...)` is a dict lookup and one C call that reads the addresses and the stream
+and launches, with no Python frame (ResNet-50: 50 launches a call at 7.6 us each through
+`_Launch.__call__` before). It hands every case it does not take to the `_Launch` below.
+
 A compiled kernel is specialized on which pointer arguments are 16-byte aligned; a later launch
 whose arguments differ there (a view at an odd offset) takes Triton's own path, which picks or
 compiles the matching variant. While a launch hook is set (profilers add them to
@@ -29,7 +36,8 @@ from operator import or_
 
 import torch
 
-from .triton_native_launcher import native_launchers
+from . import native
+from .triton_native_launcher import NativeLauncher, native_launchers
 
 _data_ptr = torch.Tensor.data_ptr
 _stream_of = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent in CPU builds
@@ -40,11 +48,15 @@ def _aligned(args) -> tuple:
 
 
 class _Launch:
-    __slots__ = ("jit", "grid", "compiled", "aligned", "consts", "device", "plain", "raw", "head")
+    __slots__ = (
+        "jit", "grid", "compiled", "aligned", "consts", "device", "plain", "raw", "head", "owner",
+        "key", "bound",
+    )  # fmt: skip
 
-    def __init__(self, jit, grid: tuple) -> None:
+    def __init__(self, jit, grid: tuple, owner: dict | None = None) -> None:
         self.jit, self.grid = jit, tuple(grid) + (1,) * (3 - len(grid))
-        self.compiled = self.raw = None
+        self.compiled = self.raw = self.bound = None
+        self.owner, self.key = owner, grid  # the FastKernel holding this launch, under `key`
 
     def __call__(self, *args, **kwargs):
         raw = self.raw
@@ -86,6 +98,30 @@ class _Launch:
                 g = self.grid
                 self.head = (g[0], g[1], g[2], kernel.function, coop, pdl, kernel.packed_metadata)
                 self.raw = raw
+                self._bind(kernel, launcher, len(args))
+
+    def _bind(self, kernel, launcher, nparams: int) -> None:
+        """Put a native `BoundLaunch` in the owner's place of this launch, where kiln's native
+        launcher took the kernel and its parameters are `nparams` pointers followed by
+        constexprs (what the bound launch packs)."""
+        if self.owner is None or not isinstance(launcher, NativeLauncher):
+            return
+        codes = launcher.codes
+        if codes is None or codes.rstrip(b"c") != b"p" * nparams:
+            return
+        num_warps, num_ctas, shared = kernel.packed_metadata
+        if num_ctas != 1:
+            return
+        bind = getattr(native.start(), "bind_launch", None)
+        if bind is None:  # a native module built before bound launches
+            return
+        from triton import knobs
+
+        g = self.grid
+        self.bound = bind(self, kernel.function, g[0], g[1], g[2], num_warps, shared, nparams,
+                          self.device, _data_ptr, _stream_of, knobs.runtime)  # fmt: skip
+        self.owner[self.key] = self.bound
+        self.owner = None  # the bound launch holds this one: no cycle through the owner
 
 
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -106,17 +142,19 @@ def _no_hooks() -> bool:
 _RUNTIME: list = [None]  # triton.knobs.runtime
 
 
-class FastKernel:
-    """A `@triton.jit` function with cached launchers, one per grid (see module doc)."""
+class FastKernel(dict):
+    """A `@triton.jit` function with cached launches, one per grid (see module doc): a dict from
+    grid to launch, so that the wrapper's `kernel0[(25088,)]` is a dict lookup. A grid's entry
+    is its `_Launch` until the first launch, then, where it can be, the native `BoundLaunch`
+    made from it (which falls back to the `_Launch` for what it does not take)."""
 
     def __init__(self, jit) -> None:
+        super().__init__()
         self.jit = jit
         self._launches: dict[tuple, _Launch] = {}
 
-    def __getitem__(self, grid) -> _Launch:
-        launch = self._launches.get(grid)
-        if launch is None:
-            launch = self._launches[grid] = _Launch(self.jit, grid)
+    def __missing__(self, grid) -> _Launch:
+        launch = self._launches[grid] = self[grid] = _Launch(self.jit, grid, self)
         return launch
 
     def __getattr__(self, name):

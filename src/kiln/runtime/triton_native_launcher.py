@@ -72,8 +72,9 @@ class NativeLauncher:
     global_scratch_align = profile_scratch_align = 1
     launch_cooperative_grid = launch_pdl = False
 
-    def __init__(self, launch) -> None:
+    def __init__(self, launch, codes: bytes | None = None) -> None:
         self.launch = launch
+        self.codes = codes  # the argument codes `launch` is bound to
 
     def __call__(self, gridX, gridY, gridZ, stream, function, *args):
         self.launch(gridX, gridY, gridZ, stream, function, False, False, None, None, *args)
@@ -110,7 +111,7 @@ def launcher_class(launch, fallback):
         sig = codes(signature) if signature is not None and plain_launch(metadata) else None
         if sig is None:
             return fallback(src, metadata)
-        return NativeLauncher(functools.partial(launch, sig))
+        return NativeLauncher(functools.partial(launch, sig), sig)
 
     return make
 
