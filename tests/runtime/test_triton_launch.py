@@ -145,3 +145,12 @@ def test_wrapper_style_launches_go_through_the_bound_launch():
             assert type(kernel[(2,)]).__name__ == "BoundLaunch"
     assert len(seen) == 1  # the one launch made while the hook was set
     assert kernel._launches[(2,)].raw is not None
+    # the bound launch is invisible to the garbage collector: nothing may cycle through it
+    import gc
+
+    from kiln.runtime.triton_launch import _Launch
+
+    jit = kernel.jit
+    del kernel
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, _Launch) and o.jit is jit]

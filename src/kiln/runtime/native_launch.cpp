@@ -166,6 +166,20 @@ bool pack(char code, PyObject* obj, uint64_t* slot) {
   }
 }
 
+// The launch itself, once the parameters are packed (an empty grid launches nothing); false
+// with a Python error set. The driver must be open.
+bool cuda_launch(uint64_t function, const unsigned grid[3], int num_warps, int shared,
+                 uint64_t stream, void** params) {
+  if (grid[0] * grid[1] * grid[2] == 0) return true;
+  if (!ensure_context()) return false;
+  CUresult status = 0;
+  Py_BEGIN_ALLOW_THREADS;
+  status = driver.launch((CUfunction)function, grid[0], grid[1], grid[2], 32 * num_warps, 1, 1,
+                         shared, (CUstream)stream, params, nullptr);
+  Py_END_ALLOW_THREADS;
+  return check(status, "cuLaunchKernel");
+}
+
 bool call_hook(PyObject* hook, PyObject* metadata) {
   if (hook == Py_None) return true;
   PyObject* ret = PyObject_CallOneArg(hook, metadata);
@@ -221,15 +235,7 @@ PyObject* launch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     params[count] = &slots[count];
     count++;
   }
-  if (grid[0] * grid[1] * grid[2] > 0) {
-    CUresult status = 0;
-    if (!ensure_context()) return nullptr;
-    Py_BEGIN_ALLOW_THREADS;
-    status = driver.launch((CUfunction)function, grid[0], grid[1], grid[2], 32 * num_warps, 1, 1,
-                           shared, (CUstream)stream, params, nullptr);
-    Py_END_ALLOW_THREADS;
-    if (!check(status, "cuLaunchKernel")) return nullptr;
-  }
+  if (!cuda_launch(function, grid, num_warps, shared, stream, params)) return nullptr;
   if (!call_hook(args[13], args[11])) return nullptr;
   Py_RETURN_NONE;
 }
@@ -347,15 +353,10 @@ int bound_launch(BoundLaunch* self, PyObject* const* args) {
   uint64_t stream = PyLong_AsUnsignedLongLong(s);
   Py_DECREF(s);
   if (PyErr_Occurred()) return -1;
-  if (self->grid[0] * self->grid[1] * self->grid[2] == 0) return 1;
-  if (!open_driver() || !ensure_context()) return -1;
-  CUresult status = 0;
-  Py_BEGIN_ALLOW_THREADS;
-  status = driver.launch((CUfunction)self->function, self->grid[0], self->grid[1], self->grid[2],
-                         32 * self->num_warps, 1, 1, self->shared, (CUstream)stream, params,
-                         nullptr);
-  Py_END_ALLOW_THREADS;
-  return check(status, "cuLaunchKernel") ? 1 : -1;
+  if (self->grid[0] * self->grid[1] * self->grid[2] > 0 && !open_driver()) return -1;
+  return cuda_launch(self->function, self->grid, self->num_warps, self->shared, stream, params)
+             ? 1
+             : -1;
 }
 
 PyObject* bound_call(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {

@@ -49,13 +49,12 @@ def _aligned(args) -> tuple:
 
 class _Launch:
     __slots__ = (
-        "jit", "grid", "compiled", "aligned", "consts", "device", "plain", "raw", "head", "owner",
-        "key", "bound",
+        "jit", "grid", "compiled", "aligned", "consts", "device", "raw", "head", "owner", "key",
     )  # fmt: skip
 
     def __init__(self, jit, grid: tuple, owner: dict | None = None) -> None:
         self.jit, self.grid = jit, tuple(grid) + (1,) * (3 - len(grid))
-        self.compiled = self.raw = self.bound = None
+        self.compiled = self.raw = None
         self.owner, self.key = owner, grid  # the FastKernel holding this launch, under `key`
 
     def __call__(self, *args, **kwargs):
@@ -104,24 +103,24 @@ class _Launch:
         """Put a native `BoundLaunch` in the owner's place of this launch, where kiln's native
         launcher took the kernel and its parameters are `nparams` pointers followed by
         constexprs (what the bound launch packs)."""
+        # (kiln's native launcher takes only single-CTA kernels: triton_native_launcher)
         if self.owner is None or not isinstance(launcher, NativeLauncher):
             return
-        codes = launcher.codes
-        if codes is None or codes.rstrip(b"c") != b"p" * nparams:
+        if launcher.codes.rstrip(b"c") != b"p" * nparams:
             return
-        num_warps, num_ctas, shared = kernel.packed_metadata
-        if num_ctas != 1:
-            return
+        num_warps, _, shared = kernel.packed_metadata
         bind = getattr(native.start(), "bind_launch", None)
-        if bind is None:  # a native module built before bound launches
+        if bind is None:  # the native module is not loaded
             return
         from triton import knobs
 
         g = self.grid
-        self.bound = bind(self, kernel.function, g[0], g[1], g[2], num_warps, shared, nparams,
-                          self.device, _data_ptr, _stream_of, knobs.runtime)  # fmt: skip
-        self.owner[self.key] = self.bound
-        self.owner = None  # the bound launch holds this one: no cycle through the owner
+        bound = bind(self, kernel.function, g[0], g[1], g[2], num_warps, shared, nparams,
+                     self.device, _data_ptr, _stream_of, knobs.runtime)  # fmt: skip
+        self.owner[self.key] = bound
+        # the bound launch holds this one and is not seen by the garbage collector, so this
+        # one keeps no reference back to it (through the owner or otherwise): no cycle
+        self.owner = None
 
 
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")

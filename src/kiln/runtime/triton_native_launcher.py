@@ -72,7 +72,7 @@ class NativeLauncher:
     global_scratch_align = profile_scratch_align = 1
     launch_cooperative_grid = launch_pdl = False
 
-    def __init__(self, launch, codes: bytes | None = None) -> None:
+    def __init__(self, launch, codes: bytes) -> None:
         self.launch = launch
         self.codes = codes  # the argument codes `launch` is bound to
 
