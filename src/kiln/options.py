@@ -15,21 +15,65 @@ from typing import Any, Callable, Mapping
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
-# Every option a user may pass in `options={...}`, with its default and type.
+# Every option a user may pass in `options={...}`, with its default and type. What each one does
+# and where it is read (the audit of issue 29; tests/test_options.py checks every line):
+#   triton.cudagraphs        device graphs (backends/builtin.py -> runtime/device_graphs.py); on
+#                            CPU tensors the graph runs without one and perf_hints says why
+#   triton.emulate_precision_casts  Triton renderer rounds low-precision intermediates as eager
+#   trace.enabled, trace.dir the trace (kiln/trace/) that `kiln report` renders
+#   max_autotune             no kernel search yet: warns once (NOT_IMPLEMENTED below)
+#   epilogue_fusion          no GEMM epilogue fusion yet: False is the truth, True warns once
+#   shape_padding            pad large unaligned matmuls on the GPU (codegen/pad_mm.py); False
+#                            leaves them as written
+#   fallback_random          kiln always draws random numbers with ATen's own generators in
+#                            program order (random ops are never lowered), so both values hold
+#   freezing                 no parameter freezing yet: warns once
+#   cache_size_limit         entries per code object (capture/frontend.py); KILN_CACHE_SIZE_LIMIT
+#                            is read once, here, when the options are built
+#   debug.verify_ir, debug.fuel  the scheduler's IR verifier and fusion fuel (codegen stages)
 KNOWN_OPTIONS: dict[str, tuple[Any, type | tuple[type, ...]]] = {
     "triton.cudagraphs": (False, bool),
     "triton.emulate_precision_casts": (False, bool),
     "trace.enabled": (False, bool),
     "trace.dir": (None, (str, type(None))),
     "max_autotune": (False, bool),
-    "epilogue_fusion": (True, bool),
-    "shape_padding": (False, bool),
+    "epilogue_fusion": (False, bool),
+    "shape_padding": (True, bool),
     "fallback_random": (False, bool),
     "freezing": (False, bool),
     "cache_size_limit": (8, int),
     "debug.verify_ir": (False, bool),
     "debug.fuel": (None, (int, type(None))),
 }
+
+# Option values kiln accepts but cannot honour yet: each warns once instead of being refused,
+# because all three only ask for speed (results are eager's either way) and torch.compile code
+# sets them routinely (`mode="max-autotune"` above all), so refusing would break working
+# programs for no gain in correctness. A value that would change results is never listed here.
+NOT_IMPLEMENTED: dict[tuple[str, Any], str] = {
+    ("max_autotune", True): "kiln has no kernel search (autotuning) yet; kernels are compiled "
+    "with their default configurations",
+    ("epilogue_fusion", True): "kiln does not fuse pointwise epilogues into matmul calls yet; "
+    "they run as separate fused kernels",
+    ("freezing", True): "kiln does not freeze parameters into constants yet; they stay inputs "
+    "(results are eager's, and later changes to the parameters are seen)",
+}
+
+# Options no code reads because kiln always does what they ask: random ops are never lowered
+# into kiln's kernels (lower/cse.py keeps them, autograd/partition.py never recomputes them), so
+# random numbers always come from ATen's own generators in program order, as eager's do.
+HONOURED_BY_CONSTRUCTION = ("fallback_random",)
+
+# Options only kiln's own code generator reads: a named backend without it would ignore them.
+CODEGEN_ONLY = ("triton.cudagraphs", "debug.verify_ir", "debug.fuel")
+# kiln's named backends that run no kiln code generator (backends/builtin.py, autograd/backend.py)
+EAGER_KERNEL_BACKENDS = (
+    "eager",
+    "aot_eager",
+    "aot_eager_decomp_partition",
+    "aot_eager_save_all",
+    "cudagraphs",
+)
 
 # What each mode switches on; an explicit option that contradicts it is an error.
 MODE_OPTIONS: dict[str, dict[str, Any]] = {
@@ -90,12 +134,7 @@ class Options:
 
     @property
     def cache_size_limit(self) -> int:
-        env = _env().get("KILN_CACHE_SIZE_LIMIT")
-        return (
-            int(env)
-            if env and "cache_size_limit" not in self.config
-            else self.get("cache_size_limit")
-        )
+        return self.get("cache_size_limit")  # KILN_CACHE_SIZE_LIMIT is folded in by build_options
 
 
 def build_options(
@@ -150,6 +189,11 @@ def build_options(
                 f"(e.g. {_agreeing_modes(name, value)})."
             )
         config[name] = value
+    if "cache_size_limit" not in config:
+        config["cache_size_limit"] = _env_cache_size_limit()
+    _check_backend_reads(backend, mode, config)
+    _check_trace(config)
+    _warn_not_implemented(mode, config)
     return Options(
         backend=backend,
         mode=mode,
@@ -167,3 +211,66 @@ def _type_names(t) -> str:
 def _agreeing_modes(name: str, value: Any) -> str:
     ok = [m for m in MODES if MODE_OPTIONS[m].get(name, KNOWN_OPTIONS[name][0]) == value]
     return ", ".join(repr(m) for m in ok) or "mode=None"
+
+
+def _env_cache_size_limit() -> int:
+    """`KILN_CACHE_SIZE_LIMIT`, read once per `kiln.compile` call (an explicit option wins)."""
+    text = _env().get("KILN_CACHE_SIZE_LIMIT", "").strip()
+    if not text:
+        return KNOWN_OPTIONS["cache_size_limit"][0]
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 1:
+        raise ValueError(
+            f"kiln: KILN_CACHE_SIZE_LIMIT={text!r} is not a positive whole number of entries; "
+            "set it to e.g. 8, or unset it."
+        )
+    return value
+
+
+def _check_backend_reads(backend, mode: str, config: Mapping[str, Any]) -> None:
+    """A named backend that runs no kiln code generator would silently ignore the code
+    generator's options: refuse them (a callable backend may hand the graph to kiln's
+    `inductor`, which reads them from the options it is given, so it keeps them)."""
+    if not isinstance(backend, str) or backend not in EAGER_KERNEL_BACKENDS:
+        return
+    for name in CODEGEN_ONLY:
+        value = config.get(name, KNOWN_OPTIONS[name][0])
+        if backend == "cudagraphs" and name == "triton.cudagraphs" and value:
+            continue  # device graphs are what that backend does
+        if value != KNOWN_OPTIONS[name][0]:
+            via = f"mode={mode!r}" if MODE_OPTIONS[mode].get(name) == value else "options"
+            raise ValueError(
+                f"kiln.compile: {via} sets {name}={value!r}, which only kiln's code generator "
+                f"reads, but backend={backend!r} runs none, so it would do nothing. Use "
+                "backend='inductor' (the default), or drop the setting."
+            )
+
+
+def _check_trace(config: Mapping[str, Any]) -> None:
+    if config.get("trace.dir") is not None and not config.get("trace.enabled"):
+        raise ValueError(
+            "kiln.compile: options sets 'trace.dir' but not 'trace.enabled', so nothing would "
+            "be written there. Add 'trace.enabled': True (or drop 'trace.dir')."
+        )
+    if config.get("trace.enabled"):
+        raise NotImplementedError(
+            "kiln.compile: 'trace.enabled' is not implemented yet; drop it (KILN_LOGS="
+            "graph,output_code prints the graphs and code meanwhile)."
+        )
+
+
+def _warn_not_implemented(mode: str, config: Mapping[str, Any]) -> None:
+    from . import logs  # here: logs reads its setting through this module
+
+    for (name, value), message in NOT_IMPLEMENTED.items():
+        if config.get(name, KNOWN_OPTIONS[name][0]) == value:
+            if MODE_OPTIONS[mode].get(name) == value:
+                acts = "reduce-overhead" if MODE_OPTIONS[mode]["triton.cudagraphs"] else "default"
+                message += f"; mode={mode!r} otherwise does what mode={acts!r} does"
+                via = f"mode={mode!r}"
+            else:
+                via = f"{name}={value}"
+            logs.warn_once(f"options:{name}:{value}:{mode}", f"kiln: {via}: {message}.")

@@ -82,7 +82,7 @@ def compile_graph_strict(
     require_triton()
     start = time.perf_counter()
     prestart()
-    rewrite_graph(gm, example_inputs)
+    rewrite_graph(gm, example_inputs, options)
     fuel = options.get("debug.fuel") if options is not None else None
     verify_ir = options.get("debug.verify_ir") if options is not None else False
     example_inputs = list(example_inputs)
@@ -108,15 +108,17 @@ def compile_graph_strict(
     return compiled
 
 
-def rewrite_graph(gm: torch.fx.GraphModule, example_inputs) -> None:
+def rewrite_graph(gm: torch.fx.GraphModule, example_inputs, options: Options | None = None) -> None:
     """The ATen-level rewrites made before lowering, in place (benchmarks/triton_passes_cpu.py
     times them too): restrides made functional, `val` metadata, bias adds apart from their
-    matmuls, embedding gradients scattered or padded, matmuls padded to aligned sizes."""
+    matmuls, embedding gradients scattered or padded, matmuls padded to aligned sizes (unless
+    `shape_padding` is off)."""
     functionalize_restrides(gm)
     ensure_meta(gm, example_inputs)
     unfuse_bias_adds(gm)
     scatter_embedding_grads(gm)
-    pad_matmuls(gm, example_inputs)
+    if options is None or options.get("shape_padding"):
+        pad_matmuls(gm, example_inputs)
 
 
 def _first_waits(compiled: TritonCompiledGraph, loaded, call):
