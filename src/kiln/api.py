@@ -127,6 +127,24 @@ class OptimizedModule(torch.nn.Module):
     def __repr__(self) -> str:
         return f"OptimizedModule({self._orig_mod!r})"
 
+    # Container protocol of the original: `len()`, `bool()`, iteration, indexing and `in` of
+    # a compiled ModuleList/Sequential/ModuleDict answer as the original's do (a plain module
+    # has none of them, and raises the original's TypeError).
+    def __bool__(self) -> bool:
+        return bool(self.__dict__["_orig_mod"])
+
+    def __len__(self) -> int:
+        return len(self.__dict__["_orig_mod"])
+
+    def __iter__(self):
+        return iter(self.__dict__["_orig_mod"])
+
+    def __getitem__(self, index):
+        return self.__dict__["_orig_mod"][index]
+
+    def __contains__(self, item) -> bool:
+        return item in self.__dict__["_orig_mod"]
+
 
 def disable(fn: Callable | None = None, recursive: bool = True):
     """Never compile `fn`: kiln runs it eagerly, and a call to it inside a compiled function

@@ -109,7 +109,8 @@ class CompiledFunction:
         )
 
     # ---- calls --------------------------------------------------------------------------------
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
+        # `self` is positional-only: a user keyword named `self` belongs to `kwargs`
         if is_tracing():  # reached natively from inside another trace: just run it
             return self.root_callable(*args, **kwargs)
         for entry in self.entries:
