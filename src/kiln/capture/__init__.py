@@ -23,6 +23,7 @@ guards.py           guard kinds, their code, and the recompile explanation
 module_tree.py      a version number of watched modules' structure (one guard for all params)
 side_effects.py     stores into outside objects and prints, to replay
 context_vars.py     contextvars get/set/reset: run for real, shadowed, net effect replayed
+environ.py          os.environ: each variable read guarded, writes are graph breaks
 residual.py         rebuilding values; the generated entry function
 continuations.py    graph breaks: frame-chain snapshots, continuations' frames, resuming
 breaks.py           what happens at a break: graph so far, the step, the continuation

@@ -28,7 +28,9 @@ def _lib(name: str) -> bool:
 def load_attr(interp, obj: Any, name: str) -> Any:
     tracer = interp.tracer
     if isinstance(obj, torch.Tensor):
-        return getattr(obj, name)
+        if tracer.broken is not None or hasattr(type(obj), name):  # a method or property
+            return getattr(obj, name)
+        return _tensor_instance_attr(tracer, obj, name)
     cls = type(obj)
     if cls is Token and tracer.recording:
         return tracer.context_vars.token_attr(obj, name)
@@ -55,6 +57,24 @@ def load_attr(interp, obj: Any, name: str) -> Any:
             tracer.track(value, _attr_source(tracer, obj, src, name, value))
             if seen is _NOTHING:
                 tracer.attr_reads[key] = value
+    return value
+
+
+def _tensor_instance_attr(tracer, t: torch.Tensor, name: str) -> Any:
+    """An attribute a program set on a tensor (`x.scale = 2`): a fact about that tensor
+    object, guarded through its source when it has one; its absence (`hasattr(x, "tag")`
+    false) is guarded too, as the name missing from the tensor's `__dict__`."""
+    src = tracer.source_of(t)
+    try:
+        value = getattr(t, name)
+    except AttributeError:
+        if src is not None:
+            tracer.guards.add(
+                G.Guard(src, "NO_ATTR", f"{name!r} not in {{s}}.__dict__", {}, f"has no .{name}")
+            )
+        raise
+    if src is not None and (id(t), name) not in tracer.mutated_attrs:
+        tracer.track(value, AttrSource(src, name))
     return value
 
 

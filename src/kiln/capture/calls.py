@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import context_vars
+from . import context_vars, environ
 from .attributes import (  # noqa: F401  (re-exported: handlers import them from here)
     STRUCTURE,
     _attr_source,
@@ -196,6 +196,8 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
     (no Python code in between); only frames entered that way can be resumed after a break."""
     t = type(fn)
     if t is types.FunctionType:
+        if args and type(args[0]) is environ.ENVIRON_TYPE:
+            return environ.call(interp, fn, args, kwargs)
         if fn is _TORCH_IS_COMPILING:
             # kiln is compiling this code: libraries (transformers) take their compile-friendly
             # branches on this, as under torch.compile, instead of data-dependent Python

@@ -132,6 +132,19 @@ def constant_guard(source: Source, value: Any) -> Guard:
     return Guard(source, "CONST", check, held, text, native=native)
 
 
+def members_guard(source: Source, value: set | frozenset) -> Guard:
+    """A set's type and members, against a frozen copy: a set mutated between calls (`s.add`)
+    is not the copy held here (holding the set itself would compare it with itself)."""
+    members = frozenset(value)
+    return Guard(
+        source,
+        "MEMBERS",
+        "type({s}) is {t} and {s} == {v}",
+        {"t": type(value), "v": members},
+        f"is a {type(value).__name__} of {sorted(map(repr, members))!r:.80}",
+    )
+
+
 def len_guard(source: Source, value: Any) -> Guard:
     n = len(value)
     return Guard(
@@ -182,7 +195,20 @@ def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
         )
 
     native = ("tensors", ()) if type(t) in (torch.Tensor, torch.nn.Parameter) else None
+    if source.row() is None:  # (a held tensor is one object: its kind never changes)
+        check += _inference_check(t, held)
     return Guard(source, "TENSOR", check, held, text, native=native)
+
+
+_IS_INFERENCE = torch._C.TensorBase.is_inference  # the unbound method: no attribute lookup
+
+
+def _inference_check(t: torch.Tensor, held: dict) -> str:
+    """Whether the tensor is an inference tensor (made under torch.inference_mode): such a
+    tensor has no version counter or autograd history, and eager refuses some ops on it that
+    a normal tensor allows (and the trace may have read `is_inference()` itself)."""
+    held["inf"] = _IS_INFERENCE
+    return " and {inf}({s})" if _IS_INFERENCE(t) else " and not {inf}({s})"
 
 
 def _device_check(device: torch.device) -> str:
@@ -211,12 +237,14 @@ def dynamic_tensor_guard(source: Source, t: torch.Tensor, dims: set[int]) -> Gua
         + f" and {{s}}.dim() == {n} and {layout} and {{s}}.requires_grad is {t.requires_grad!r}"
         + (f" and {static}" if static else "")
     )
+    held = {"t": type(t), "d": t.dtype, "dev": t.device}
+    check += _inference_check(t, held)
     shape = [("*" if d in dims else t.size(d)) for d in range(n)]
     text = (
         f"{type(t).__name__}(dtype={t.dtype}, device={t.device}, shape={shape} "
         f"(* = dynamic), requires_grad={t.requires_grad})"
     )
-    return Guard(source, "TENSOR", check, {"t": type(t), "d": t.dtype, "dev": t.device}, text)
+    return Guard(source, "TENSOR", check, held, text)
 
 
 def dict_guard(source: Source, d: dict) -> Guard:

@@ -13,6 +13,7 @@ import types
 import torch
 
 from . import bytecode as bc
+from . import environ
 from .attributes import _class_attr
 from .bytecode import opcode
 from .calls import delete_attr, load_attr, store_attr
@@ -377,6 +378,10 @@ def op_contains_op(interp, frame, inst):
     item = frame.stack.pop()
     from .calls import interp_call, python_dunder
 
+    if type(container) is environ.ENVIRON_TYPE:
+        found = environ.contains(interp, item)
+        frame.stack.append(not found if inst.arg else found)
+        return
     fn = python_dunder(container, "__contains__")
     found = bool(interp_call(interp, fn, (container, item), {})) if fn else item in container
     frame.stack.append(not found if inst.arg else found)

@@ -10,7 +10,9 @@ say) is a graph break: the trace goes on concretely, so the call still finishes 
 
 from __future__ import annotations
 
+import collections
 import contextvars
+import functools
 import operator
 import re
 import types
@@ -157,18 +159,22 @@ class Tracer:
                 self.track(item, _item(source, i), depth + 1)
         elif type(value) is tuple and all(type(v) in (int, str, bool, float) for v in value):
             self.guards.add(G.constant_guard(source, value))
-        elif type(value) in (list, tuple):
+        elif type(value) in (list, tuple, collections.deque):
             self.guards.add(G.len_guard(source, value))
             for i, item in enumerate(value):
                 self.track(item, _item(source, i), depth + 1)
-        elif type(value) in (dict, OrderedDict) and all(isinstance(k, (str, int)) for k in value):
+        elif type(value) in (dict, OrderedDict) and all(map(_constant_key, value)):
             self.guards.add(G.keys_guard(source, value))
             for k, item in value.items():
                 self.track(item, _item(source, k), depth + 1)
-        elif type(value) in (set, frozenset) and all(
-            isinstance(v, G.CONSTANT_TYPES) for v in value
-        ):
-            self.guards.add(G.constant_guard(source, value))
+        elif type(value) in (set, frozenset):
+            # its members, compared with a frozen copy of today's (the set itself may change)
+            self.guards.add(G.members_guard(source, value))
+        elif type(value) is functools.partial:
+            # a partial calls `func(*args, **keywords)`: each part is a fact of its own
+            self.guards.add(G.type_guard(source, value))
+            for part in ("func", "args", "keywords"):
+                self.track(getattr(value, part), AttrSource(source, part), depth + 1)
         elif type(value) is types.FunctionType and not value.__closure__:
             # functions made by `def`/lambda/comprehensions are new objects on every call:
             # what matters is the code they run (and their defaults, guarded as values)
@@ -569,6 +575,13 @@ def _has_tensor(x) -> bool:
     if isinstance(x, (tuple, list)):
         return any(_has_tensor(v) for v in x)
     return False
+
+
+def _constant_key(key) -> bool:
+    """A dictionary key a KEYS guard can compare and an item source can name."""
+    if type(key) is tuple:
+        return all(map(_constant_key, key))
+    return isinstance(key, G.CONSTANT_TYPES)
 
 
 def _item(source: Source, key) -> Source:
