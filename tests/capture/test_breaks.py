@@ -35,7 +35,6 @@ CAUSES = {
     "item": "y = y * (y.sum().item() > 0)",
     "tolist": "y = y + len([v for v in y.flatten().tolist() if v > 0])",
     "print_tensor": "print('total', y.sum())",
-    "logging": "logger.info('shape %s', tuple(y.shape))",
     "unknown_c_function": "y = y * (1.0 + 0.0 * random.random())",
     "kiln_disable": "y = disabled_helper(y)",
     "bool_of_tensor": "y = y * 2 if bool((y > 0).all()) else y",

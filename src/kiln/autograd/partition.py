@@ -77,6 +77,8 @@ def is_random(node: torch.fx.Node) -> bool:
 
 def is_recomputable(node: torch.fx.Node) -> bool:
     """May this forward node run again in the backward? Cheap and deterministic ops only."""
+    if node.op == "get_attr":  # a constant of the joint graph: fetched again, never saved
+        return True
     if node.op != "call_function":
         return False
     target = node.target
@@ -260,7 +262,7 @@ def _forward_graph(joint_gm, primals, fw_outs, saved) -> torch.fx.GraphModule:
         if n in primals:
             env[n] = g.placeholder(n.name)
             env[n].meta = dict(n.meta)
-        elif n.op == "call_function" and n in needed:
+        elif n.op in ("call_function", "get_attr") and n in needed:
             env[n] = g.node_copy(n, lambda a: env[a])
     g.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in [*fw_outs, *saved]))
     g.lint()
@@ -290,7 +292,9 @@ def _backward_graph(joint_gm, saved, tangents, live_grads, tangent_dep):
             stack.pop()
             if n in env:
                 continue
-            if n not in tangent_dep:
+            if n.op == "get_attr":  # a constant (make_fx's `_tensor_constantN`): no work
+                pass
+            elif n not in tangent_dep:
                 if not is_recomputable(n):  # the cut guarantees this; a failure is a kiln bug
                     raise AssertionError(f"partition: {n.name} ({n.target}) recomputed in backward")
                 recomputed.append(n.name)

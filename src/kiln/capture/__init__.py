@@ -22,6 +22,7 @@ sources.py          where a value came from, as guard/residual code
 guards.py           guard kinds, their code, and the recompile explanation
 module_tree.py      a version number of watched modules' structure (one guard for all params)
 side_effects.py     stores into outside objects and prints, to replay
+effect_calls.py     logging, warnings, lru_cache helpers: replayed or answered, no break
 context_vars.py     contextvars get/set/reset: run for real, shadowed, net effect replayed
 environ.py          os.environ: each variable read guarded, writes are graph breaks
 residual.py         rebuilding values; the generated entry function

@@ -25,7 +25,9 @@ def _lib(name: str) -> bool:
     return _is_library(name)
 
 
-def load_attr(interp, obj: Any, name: str) -> Any:
+def load_attr(interp, obj: Any, name: str, site=None) -> Any:
+    """`obj.name` inside the trace. `site` is the frame whose LOAD_ATTR pushes the value: a
+    property getter inlined from there can be resumed after a break, like a call."""
     tracer = interp.tracer
     if isinstance(obj, torch.Tensor):
         if tracer.broken is not None or hasattr(type(obj), name):  # a method or property
@@ -43,7 +45,7 @@ def load_attr(interp, obj: Any, name: str) -> Any:
         if name not in getattr(obj, "__dict__", {}):
             from .calls import interp_call
 
-            return interp_call(interp, prop.fget, (obj,), {})
+            return interp_call(interp, prop.fget, (obj,), {}, site)
     value = getattr(obj, name)
     if tracer.broken is None:
         # The same attribute of the same held object giving the same value again (attn.h, read

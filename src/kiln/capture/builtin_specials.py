@@ -1,5 +1,5 @@
 """Builtins with interpreter semantics: `getattr`, `hasattr`, `setattr`, `delattr`, `print`,
-`len`, `iter`.
+`len`, `iter`, `warnings.warn` (replayed: effect_calls.py).
 
 Takes the call's arguments; gives what the builtin returns, but through kiln's own attribute
 and dunder handling, so what they read is guarded (getattr), what they change is replayed
@@ -9,9 +9,11 @@ and dunder handling, so what they read is guarded (getattr), what they change is
 from __future__ import annotations
 
 import builtins
+import warnings
 
 import torch
 
+from . import effect_calls
 from .attributes import delete_attr, load_attr, python_dunder, store_attr
 
 
@@ -92,4 +94,6 @@ SPECIAL = {
     builtins.print: _print,
     builtins.len: _len,
     builtins.iter: _iter,
+    warnings.warn: effect_calls.warn,
+    warnings.warn_explicit: effect_calls.warn_explicit,
 }

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import context_vars, environ
+from . import context_vars, effect_calls, environ
 from .attributes import (  # noqa: F401  (re-exported: handlers import them from here)
     STRUCTURE,
     _attr_source,
@@ -27,6 +27,7 @@ from .attributes import (  # noqa: F401  (re-exported: handlers import them from
     python_dunder,
     store_attr,
 )
+from .effect_calls import LOGGER_TYPES, is_log_name
 from .symbolic import _Sym
 from .symbolic import plain as sym_plain
 
@@ -176,7 +177,8 @@ BUILTIN_TYPES = (
 
 # Tensor methods some torch versions run without __torch_function__: checked here as well.
 DATA_METHODS = {"item", "tolist", "numpy", "data_ptr", "__bool__", "__int__", "__float__"}
-# Calls into these modules are graph breaks (their effects are outside the program's values).
+# Calls into these modules are graph breaks (their effects are outside the program's values),
+# except log calls, which are replayed (effect_calls.py).
 BREAK_MODULES = ("logging",)
 
 # Functions marked with kiln.disable / kiln.allow_in_graph, by id. Each table holds the function
@@ -217,8 +219,14 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
                 f"{fn.__qualname__} is kiln.disable'd",
                 "the call runs eagerly; the rest of the function is compiled separately",
             )
+        if args and isinstance(args[0], LOGGER_TYPES) and is_log_name(fn.__name__):
+            return effect_calls.replayed(interp, fn, args, kwargs)  # logger.warning_advice
         route = _module_route(fn.__module__ or "")
         if route == "break":
+            if effect_calls.is_logging_function(fn):
+                return effect_calls.replayed(interp, fn, args, kwargs)
+            if effect_calls.is_logging_query(fn):
+                return effect_calls.answered(interp, fn, args, kwargs)
             return _break_and_run(
                 interp,
                 fn,
@@ -244,6 +252,10 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
         return call_class(interp, fn, args, kwargs)
     if isinstance(fn, BUILTIN_TYPES):
         return call_builtin(interp, fn, args, kwargs)
+    if t is effect_calls.LRU_WRAPPER:
+        return effect_calls.cached_call(
+            interp, fn, args, kwargs, lambda f, a, k: interp_call(interp, f, a, k, site)
+        )
     call = _class_attr(t, "__call__")
     if type(call) is types.FunctionType and _inlinable(call):
         return interp_call(interp, call, (fn, *args), kwargs, site)

@@ -20,6 +20,9 @@ from .errors import GraphBreakAt, KilnInternal, ResumableBreak  # noqa: F401
 from .interpreter import NULL, Frame
 
 CALL_OPS = {"CALL", "CALL_KW", "CALL_FUNCTION_EX"}
+# instructions whose callee's return value goes straight onto the caller's stack: a property
+# getter run by an attribute load resumes into its caller exactly as a call does
+RESULT_OPS = CALL_OPS | {"LOAD_ATTR", "LOAD_METHOD"}
 BRANCH_OPS = {
     "POP_JUMP_IF_TRUE",
     "POP_JUMP_IF_FALSE",
@@ -54,7 +57,7 @@ def chain_of(interp, inner: Frame) -> list[Frame] | None:
         if f.parent is None:
             return None
         parent = f.parent
-        if parent.info.instructions[parent.pc - 1].opname not in CALL_OPS:
+        if parent.info.instructions[parent.pc - 1].opname not in RESULT_OPS:
             return None
         chain.append(parent)
         f = parent

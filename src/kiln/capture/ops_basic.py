@@ -255,7 +255,7 @@ def op_load_attr(interp, frame, inst):
     if bc.load_attr_is_method(inst):
         _push_method(interp, frame, obj, name)
     else:
-        frame.stack.append(load_attr(interp, obj, name))
+        frame.stack.append(_load_attr_at(interp, frame, obj, name))
 
 
 @opcode("LOAD_METHOD", until=(3, 12))
@@ -271,7 +271,14 @@ def _push_method(interp, frame, obj, name):
         frame.stack.append(obj)
     else:
         frame.stack.append(NULL)
-        frame.stack.append(load_attr(interp, obj, name))
+        frame.stack.append(_load_attr_at(interp, frame, obj, name))
+
+
+def _load_attr_at(interp, frame, obj, name):
+    """An attribute load whose value goes straight onto `frame`'s stack: a property getter it
+    runs has `frame` as its caller, so a break inside the getter resumes like one inside a
+    call (continuations.chain_of)."""
+    return load_attr(interp, obj, name, frame)
 
 
 @opcode("LOAD_SUPER_ATTR", since=(3, 12))

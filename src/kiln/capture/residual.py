@@ -19,6 +19,7 @@ import torch
 import torch.fx as fx
 
 from .guards import CONSTANT_TYPES
+from .side_effects import Held
 from .sources import Namer
 from .symbolic import _Sym
 
@@ -240,7 +241,18 @@ def side_effect_lines(tracer, rb: Rebuilder) -> list[str]:
             args = ", ".join(rb.expr(a) for a in eff.args)
             kw = ", ".join(f"{k}={rb.expr(v)}" for k, v in eff.kwargs.items())
             lines.append(f"print({', '.join(x for x in (args, kw) if x)})")
+        elif eff.kind == "call":
+            lines.append(_call_line(eff, rb))
     return lines
+
+
+def _call_line(eff, rb: Rebuilder) -> str:
+    def arg(v):
+        return rb.namer.const(v.obj) if isinstance(v, Held) else rb.expr(v)
+
+    parts = [arg(a) for a in eff.args]
+    parts += [f"**{{{k!r}: {arg(v)}}}" for k, v in eff.kwargs.items()]
+    return f"{rb.namer.const(eff.target, 'f')}({', '.join(parts)})"
 
 
 def signature_text(sig: inspect.Signature) -> tuple[str, str, tuple, dict]:

@@ -1,9 +1,10 @@
 """Side effects of a traced call on the world outside its frame, to replay on later calls.
 
 Takes the stores the interpreter makes into objects that came from outside (attributes,
-container items, globals, closure cells) and `print` calls; gives them back in program order
-(first occurrence) so the residual program can write each location's *final* value and print
-the same text. The trace itself already performed them for real on its own call.
+container items, globals, closure cells), `print` calls and effect-only calls (logging and
+warnings: effect_calls.py); gives them back in program order (first occurrence) so the residual
+program can write each location's *final* value, print the same text and make the same calls.
+The trace itself already performed them for real on its own call.
 """
 
 from __future__ import annotations
@@ -14,9 +15,17 @@ from typing import Any
 from .sources import Source
 
 
+@dataclass(frozen=True)
+class Held:
+    """An argument of a replayed call passed by identity (a module's warning registry), not
+    rebuilt as a value."""
+
+    obj: Any
+
+
 @dataclass
 class Effect:
-    kind: str  # "attr" | "container" | "global" | "cell" | "print" | "delattr"
+    kind: str  # "attr" | "container" | "global" | "cell" | "print" | "call"
     target: Any = None
     source: Source | None = None
     name: str = ""
@@ -48,6 +57,10 @@ class SideEffects:
 
     def print_call(self, args: tuple, kwargs: dict) -> None:
         self.effects.append(Effect("print", args=args, kwargs=kwargs))
+
+    def call(self, fn: Any, args: tuple, kwargs: dict) -> None:
+        """A call made only for its effect outside the program (a log line, a warning)."""
+        self.effects.append(Effect("call", fn, args=args, kwargs=dict(kwargs)))
 
     def __bool__(self) -> bool:
         return bool(self.effects)
