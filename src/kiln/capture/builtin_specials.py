@@ -1,14 +1,17 @@
 """Builtins with interpreter semantics: `getattr`, `hasattr`, `setattr`, `delattr`, `print`,
-`len`, `iter`, `warnings.warn` (replayed: effect_calls.py).
+`len`, `iter`, `warnings.warn` (replayed: effect_calls.py), and those that look at the
+calling frame: `locals`, `vars`, `globals`, `dir`.
 
 Takes the call's arguments; gives what the builtin returns, but through kiln's own attribute
 and dunder handling, so what they read is guarded (getattr), what they change is replayed
-(setattr, print), and user-level `__len__`/`__iter__` run on the interpreter.
+(setattr, print), user-level `__len__`/`__iter__` run on the interpreter, and `locals()` shows
+the interpreted frame's variables (natively it would show kiln's own).
 """
 
 from __future__ import annotations
 
 import builtins
+import types
 import warnings
 
 import torch
@@ -81,6 +84,56 @@ def _len(interp, args, kwargs):
     return len(*args)
 
 
+def _frame_locals(interp) -> dict:
+    """What `locals()` gives in the frame that called it: its bound variables, closure cells
+    read through, in CPython's order (arguments and variables, then cells, then free
+    variables); a new dictionary, as CPython's snapshot is."""
+    frame = interp.frames[-1]
+    code = frame.code
+    cells = {*code.co_cellvars, *code.co_freevars}
+    out = {}
+    for name in dict.fromkeys((*code.co_varnames, *code.co_cellvars, *code.co_freevars)):
+        if name not in frame.locals:
+            continue
+        value = frame.locals[name]
+        if name in cells and isinstance(value, types.CellType):
+            try:
+                value = value.cell_contents
+            except ValueError:  # an empty cell: not bound yet
+                continue
+        out[name] = value
+    return out
+
+
+def _locals(interp, args, kwargs):
+    if args or kwargs:
+        return locals(*args, **kwargs)  # CPython's TypeError
+    return _frame_locals(interp)
+
+
+def _vars(interp, args, kwargs):
+    if not args and not kwargs:
+        return _frame_locals(interp)
+    if len(args) == 1 and not kwargs:
+        try:  # read as an attribute: guarded (and replayed, when stored to) like one
+            return load_attr(interp, args[0], "__dict__")
+        except AttributeError:
+            raise TypeError("vars() argument must have __dict__ attribute") from None
+    return vars(*args, **kwargs)
+
+
+def _globals(interp, args, kwargs):
+    if args or kwargs:
+        return globals(*args, **kwargs)
+    return interp.frames[-1].globals
+
+
+def _dir(interp, args, kwargs):
+    if not args and not kwargs:
+        return sorted(_frame_locals(interp))
+    return dir(*args, **kwargs)
+
+
 def _iter(interp, args, kwargs):
     fn = python_dunder(args[0], "__iter__") if len(args) == 1 else None
     return iter(interp_call(interp, fn, (args[0],), {})) if fn else iter(*args)
@@ -96,4 +149,8 @@ SPECIAL = {
     builtins.iter: _iter,
     warnings.warn: effect_calls.warn,
     warnings.warn_explicit: effect_calls.warn_explicit,
+    builtins.locals: _locals,
+    builtins.vars: _vars,
+    builtins.globals: _globals,
+    builtins.dir: _dir,
 }
