@@ -26,6 +26,7 @@ from .continuations import (
 from .interpreter import Interpreter
 from .residual import NotRebuildable
 from .sources import LocalSource
+from .symbolic import unwrap
 
 
 def handle(cf, tracer, brk: GraphBreakAt) -> Any:
@@ -90,13 +91,17 @@ def _finish_call(cf, tracer, brk: GraphBreakAt, specs, values: list, conts: dict
     try:
         if step[0] == "call":
             _, fn, args, kwargs = step
-            outcome = fn(*args, **kwargs)
+            # the step runs natively, as eager would run it: on plain numbers
+            outcome = fn(*unwrap(tuple(args)), **unwrap(dict(kwargs)))
         else:
             outcome = bool(step[1])
     except Exception as e:  # the user's frame may catch it: finish concretely
         return _resume_concretely(cf, brk, exc=e)
     if specs is None:
         return _resume_concretely(cf, brk, outcome=outcome)
+    # the continuation traces on its own: numbers symbolic in this trace are plain to it (they
+    # would go on recording into this finished graph)
+    values = [unwrap(v) for v in values]
     if step[0] == "call":
         return conts[True](*values, outcome)
     return conts[outcome](*values)

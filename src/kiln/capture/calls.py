@@ -11,6 +11,7 @@ still runs, natively, so the traced call finishes with eager's result.
 from __future__ import annotations
 
 import functools
+import operator
 import types
 from contextvars import ContextVar
 from typing import Any
@@ -345,6 +346,8 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
         if name in MUTATING and tracer.recording:
             note_container_mutation(tracer, owner)
         return native_call(interp, fn, _trampolines(interp, args), kwargs)
+    if type(owner) is torch.Size and name == "numel" and any(isinstance(v, _Sym) for v in owner):
+        return functools.reduce(operator.mul, owner, 1)  # symbolic (natively: a plain int)
     if isinstance(owner, (str, bytes, tuple, int, float, frozenset, range, slice, torch.Size)):
         return fn(*args, **kwargs)
     mod = getattr(fn, "__module__", None) or getattr(type(owner), "__module__", "") or ""

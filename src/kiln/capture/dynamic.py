@@ -68,6 +68,8 @@ class DynamicShapes:
                 return self.fake_of(v)
             if isinstance(v, _Sym):
                 return v._fake if getattr(v, "_fake", None) is not None else v._plain()
+            if type(v) is torch.Size and any(isinstance(e, _Sym) for e in v):
+                return tuple(to_fake(e) for e in v)
             return v
 
         fargs, fkwargs = tree_map(to_fake, (args, kwargs))

@@ -39,6 +39,7 @@ from .residual import (
     signature_text,
 )
 from .sources import ConstSource, LocalSource, Namer
+from .symbolic import unwrap
 from .tracer import Tracer
 
 _state = threading.local()
@@ -150,8 +151,18 @@ class CompiledFunction:
 
     # ---- tracing ------------------------------------------------------------------------------
     def _trace(self, args: tuple, kwargs: dict):
+        """Trace a call (the trace is the call) and give its result, with no symbolic number
+        left in it or in what it stored outside (see symbolic.unwrap)."""
+        made: list[Tracer] = []
+        result = self._trace_call(args, kwargs, made)
+        if made:
+            settle_effects(made[0])
+        return unwrap(result)
+
+    def _trace_call(self, args: tuple, kwargs: dict, made: list):
         interp_holder: list[Interpreter] = []
         tracer = Tracer(self.opts, lambda: interp_holder[0].location())
+        made.append(tracer)
         interp = Interpreter(tracer, self.root_globals)
         interp_holder.append(interp)
         tracer.interp = interp
@@ -330,6 +341,30 @@ class CompiledFunction:
         self.entry_sources.clear()
         self.entry_guards.clear()
         self.eager_reason = None
+
+
+def settle_effects(tracer: Tracer) -> None:
+    """The trace stored values into outside objects as it ran: put plain numbers where it
+    stored symbolic ones (later calls replay plain values: the graph's outputs)."""
+    for eff in tracer.side_effects.effects:
+        if eff.kind == "attr":
+            value = getattr(eff.target, eff.name, _ABSENT)
+            if value is not _ABSENT:
+                plain = unwrap(value)
+                if plain is not value:
+                    setattr(eff.target, eff.name, plain)
+        elif eff.kind == "container":
+            unwrap(eff.target)
+        elif eff.kind == "global" and eff.name in eff.target:
+            eff.target[eff.name] = unwrap(eff.target[eff.name])
+        elif eff.kind == "cell":
+            try:
+                eff.target.cell_contents = unwrap(eff.target.cell_contents)
+            except ValueError:  # emptied
+                pass
+
+
+_ABSENT = object()
 
 
 def _held_positions(tracer: Tracer, inputs: list) -> tuple[int, ...]:

@@ -86,6 +86,9 @@ class Rebuilder:
             return repr(value)
         if type(value) is float:
             return repr(value) if math.isfinite(value) else self.namer.const(value)
+        if type(value) is torch.Size and any(isinstance(v, _Sym) for v in value):
+            inner = "".join(f"{self.expr(v, depth + 1)}, " for v in value)
+            return f"{self.namer.const(torch.Size)}(({inner}))"
         if isinstance(value, CONSTANT_TYPES):
             return self.namer.const(value)
         src = tracer.source_of(value)

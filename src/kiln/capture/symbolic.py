@@ -14,6 +14,8 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import torch
+
 from . import guards as G
 
 
@@ -53,6 +55,55 @@ def _fake_of(v):
 def plain(value):
     """Specialize a Sym (guarding its value); leave anything else alone."""
     return value.specialize() if isinstance(value, _Sym) else value
+
+
+def unwrap(value, _seen: set | None = None):
+    """`value` with kiln's symbolic numbers replaced by the plain numbers they hold, for a
+    value that leaves the trace (a result, a store into an outside object, an argument of a
+    call run natively after a break): eager gives `int`/`float`, never a subclass that records
+    into a finished graph. No guard is added: the trace is over. Lists, dicts and sets are
+    changed in place (they may be the caller's), tuples (torch.Size, namedtuples) rebuilt."""
+    if isinstance(value, _Sym):
+        return value._plain()
+    t = type(value)
+    if t in (int, float, bool, str, type(None)) or not isinstance(value, (list, dict, set, tuple)):
+        return value
+    seen = set() if _seen is None else _seen
+    if id(value) in seen:
+        return value
+    seen.add(id(value))
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            new = unwrap(v, seen)
+            if new is not v:
+                list.__setitem__(value, i, new)
+    elif isinstance(value, dict):
+        for k, v in list(value.items()):
+            new = unwrap(v, seen)
+            if new is not v:
+                dict.__setitem__(value, k, new)
+    elif isinstance(value, set):
+        if any(isinstance(v, _Sym) for v in value):
+            members = [unwrap(v, seen) for v in value]
+            set.clear(value)
+            set.update(value, members)
+    else:  # a tuple
+        items = [unwrap(v, seen) for v in value]
+        if any(a is not b for a, b in zip(items, value)):
+            if t is tuple or t is torch.Size:
+                return t(items)
+            if hasattr(value, "_fields"):
+                return t(*items)
+            try:
+                return t(items)
+            except Exception:  # noqa: BLE001 - a tuple type with its own constructor
+                return tuple(items)
+    return value
+
+
+def has_sym(value) -> bool:
+    """A tuple (torch.Size) holding a symbolic size."""
+    return any(isinstance(v, _Sym) for v in value)
 
 
 def _operand(v):

@@ -388,7 +388,7 @@ class Tracer:
             return slice(
                 self._as_arg(value.start), self._as_arg(value.stop), self._as_arg(value.step)
             )
-        if type(value) is tuple and any(isinstance(v, (slice, _Sym)) for v in value):
+        if type(value) in (tuple, torch.Size) and any(isinstance(v, (slice, _Sym)) for v in value):
             return tuple(self._as_arg(v) for v in value)
         if isinstance(value, torch.Tensor):
             node = self.tensor_nodes.get(id(value))
@@ -430,7 +430,8 @@ class Tracer:
             if dim is not None:
                 return self._sym_dim(t, fake, dim)
             dims = [self._sym_dim(t, fake, d) for d in range(t.dim())]
-            return tuple(dims) if any(isinstance(d, _Sym) for d in dims) else t.shape
+            # a torch.Size, as eager gives, holding the symbolic sizes
+            return torch.Size(dims) if any(isinstance(d, _Sym) for d in dims) else t.shape
         if name == "__len__" and t.dim() > 0:
             return self._sym_dim(t, fake, 0)
         if name == "numel":
@@ -561,6 +562,8 @@ def _map(fn, x):
     Much cheaper than a general pytree walk, which matters once per recorded call."""
     t = type(x)
     if t is tuple:
+        return tuple(_map(fn, v) for v in x)
+    if t is torch.Size and any(isinstance(v, _Sym) for v in x):  # sizes as graph values
         return tuple(_map(fn, v) for v in x)
     if t is list:
         return [_map(fn, v) for v in x]
