@@ -1,4 +1,4 @@
-"""The `kiln` command: `kiln demo`, `kiln bench ...`, `kiln explain script.py`.
+"""The `kiln` command: `kiln demo`, `kiln bench ...`, `kiln explain script.py`, `kiln doctor`.
 
 Each subcommand lives with its stage; this file only parses the first word and dispatches.
 """
@@ -16,7 +16,12 @@ SUBCOMMANDS = {
         "explain_main",
         "run a script; explain its graphs, breaks, guards (kiln explain script.py)",
     ),
-    "native": ("kiln.runtime.native", "main", "build kiln's native guard checks now (else lazily)"),
+    "native": (
+        "kiln.runtime.native",
+        "main",
+        "build kiln's native guard checks now (else lazily, at nice 19); --status says which",
+    ),
+    "doctor": ("kiln.doctor", "main", "say what this installation does: compiler, caches, native"),
 }
 
 

@@ -17,14 +17,24 @@ the source, compiler, torch and Python; a later process loads it in a millisecon
 loads, and for good where it cannot be built (no compiler, not Linux, `KILN_NATIVE=0`), tables
 run their Python loops: the same facts, checked more slowly. A failed build is said once in
 `KILN_LOGS=perf_hints`. `wait()` (and `kiln native`) builds and loads it in the foreground.
+
+The background build must neither outlive its process nor compete with the user's work. Lazy
+building stays (a fresh environment gets fast guards without a setup step), but the compiler
+runs at the lowest CPU priority (nice 19: it gets a core only when the user's work leaves one
+idle) in a process group of its own, which an exit handler kills with all its children (the
+driver does not stop `cc1plus` when it is itself killed). Setup steps and CI images build it in
+the foreground once with `kiln native`; `kiln doctor` says which path a process takes.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import operator
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -44,7 +54,7 @@ KINDS = ("tensors", "items", "dicts", "empty")
 
 _lock = threading.Lock()
 _done = threading.Event()
-_state: dict[str, Any] = {"status": "idle", "module": None, "error": ""}
+_state: dict[str, Any] = {"status": "idle", "module": None, "error": "", "path": ""}
 _waiting: weakref.WeakSet[Table] = weakref.WeakSet()
 
 
@@ -110,37 +120,20 @@ def status() -> tuple[str, str]:
     return _state["status"], _state["error"]
 
 
-def start() -> Any:
+def start(background: bool = True) -> Any:
     """The native module if it is loaded (loading a built one now); otherwise start building
-    it in the background, once, and give None."""
+    it, once, in a thread (its compiler at nice 19 when `background`), and give None."""
     if _state["module"] is not None or _state["status"] != "idle":
         return _state["module"]
     with _lock:
         if _state["status"] != "idle":
             return _state["module"]
-        enabled, folder = options.env_native()
-        why = "KILN_NATIVE=0" if not enabled else _unsupported()
-        if why:
-            _finish("off", why)
-            return None
-        try:
-            path = os.path.join(folder, f"kiln_native_{_key()}{_suffix()}")
-        except Exception as e:  # no compiler
-            _fail(str(e))
-            return None
-        if os.path.exists(path):
-            try:
-                _loaded(_load(path))
-            except Exception as e:  # a damaged file: build it again
-                _state["error"] = f"reloading {path} failed ({e})"
-                try:
-                    os.remove(path)
-                except OSError:
-                    pass
-        if _state["module"] is not None:
+        path = _load_built()
+        if path is None or _state["module"] is not None:
             return _state["module"]
         _state["status"] = "building"
-        threading.Thread(target=_build_and_load, args=(path,), daemon=True).start()
+        _state["path"] = path
+        threading.Thread(target=_build_and_load, args=(path, background), daemon=True).start()
     logs.once(
         "native:building",
         "perf_hints",
@@ -150,9 +143,43 @@ def start() -> Any:
     return None
 
 
+def _load_built() -> str | None:
+    """With `_lock` held: load the module if it is built; give the path it is (or will be)
+    built at, or None when it cannot be (the status says why)."""
+    enabled, folder = options.env_native()
+    why = "KILN_NATIVE=0" if not enabled else _unsupported()
+    if why:
+        _finish("off", why)
+        return None
+    try:
+        path = os.path.join(folder, f"kiln_native_{_key()}{_suffix()}")
+    except Exception as e:  # no compiler
+        _fail(str(e))
+        return None
+    _state["path"] = path
+    if os.path.exists(path):
+        try:
+            _loaded(_load(path))
+        except Exception as e:  # a damaged file: build it again
+            _state["error"] = f"reloading {path} failed ({e})"
+            _remove(path)
+    return path
+
+
+def probe() -> tuple[str, str]:
+    """Load the module if it is already built, without starting a build; gives `status()`
+    ("idle" then means: not built yet, guards run in Python until a build finishes)."""
+    if _state["module"] is None and _state["status"] == "idle":
+        with _lock:
+            if _state["status"] == "idle":
+                _load_built()
+    return status()
+
+
 def wait(timeout: float | None = None) -> bool:
-    """Build (if needed) and load the native module; True when it is loaded."""
-    start()
+    """Build (if needed, at normal priority: the caller asked for it) and load the native
+    module; True when it is loaded."""
+    start(background=False)
     if _state["status"] == "building":
         _done.wait(timeout)
     return _state["module"] is not None
@@ -164,9 +191,9 @@ def _unsupported() -> str:
     return ""
 
 
-def _build_and_load(path: str) -> None:
+def _build_and_load(path: str, background: bool = True) -> None:
     try:
-        _build(path)
+        _build(path, background)
         module = _load(path)
     except Exception as e:
         with _lock:
@@ -252,17 +279,75 @@ def _suffix() -> str:
     return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 
 
-def _build(path: str) -> None:
+def _build(path: str, background: bool = True) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     errors = []
-    for std in ("c++20", "c++17"):  # newer torch headers want C++20; older compilers lack it
-        proc = subprocess.run(_command(std, tmp), capture_output=True, text=True)
-        if proc.returncode == 0:
-            os.replace(tmp, path)  # atomic: another process never loads half a file
-            return
-        errors.append(f"-std={std}: {proc.stderr.strip()[-1500:]}")
+    try:
+        for std in ("c++20", "c++17"):  # newer torch headers want C++20; older compilers lack it
+            code, stderr = _run_compiler(_command(std, tmp), tmp, background)
+            if code == 0:
+                os.replace(tmp, path)  # atomic: another process never loads half a file
+                return
+            errors.append(f"-std={std}: {stderr.strip()[-1500:]}")
+    finally:
+        _remove(tmp)
     raise RuntimeError("the C++ compile failed:\n" + "\n".join(errors))
+
+
+# compiler process groups still running, with the file each writes: the exit handler kills them
+_children: dict[int, str] = {}
+_exiting = False
+
+
+def _run_compiler(command: list[str], tmp: str, background: bool) -> tuple[int, str]:
+    """Run the compiler in a process group of its own (nice 19 when in the background) that
+    `_kill_children` ends at exit; gives (exit code, stderr)."""
+    nice = shutil.which("nice") if background else None
+    with _lock:
+        if _exiting:
+            raise RuntimeError("the process is exiting")
+        proc = subprocess.Popen(
+            [nice, "-n", "19", *command] if nice else command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            process_group=0,
+        )
+        _children[proc.pid] = tmp
+    if background and not nice:
+        try:  # no `nice` program: lower the driver at least (children it started keep 0)
+            os.setpriority(os.PRIO_PROCESS, proc.pid, 19)
+        except OSError:
+            pass
+    try:
+        _, stderr = proc.communicate()
+    finally:
+        with _lock:
+            _children.pop(proc.pid, None)
+    return proc.returncode, stderr
+
+
+@atexit.register
+def _kill_children() -> None:
+    """At exit: end every compiler process group this process started, and their files."""
+    global _exiting
+    with _lock:
+        _exiting = True
+        children = dict(_children)
+    for pgid, tmp in children.items():
+        try:
+            os.killpg(pgid, signal.SIGKILL)  # the whole group: driver, cc1plus, as, ld
+        except OSError:
+            pass
+        _remove(tmp)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _load(path: str) -> Any:
@@ -273,7 +358,11 @@ def _load(path: str) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    """`kiln native`: build and load the native checks now; say where they are, or why not."""
+    """`kiln native`: build and load the native checks now; say where they are, or why not.
+    `kiln native --status` only says which path this process would take (as `kiln doctor`)."""
+    if argv and argv[0] == "--status":
+        print(f"native checks: {describe(probe())}")
+        return 0
     t0 = time.perf_counter()
     ok = wait()
     status_, why = status()
@@ -285,3 +374,21 @@ def main(argv: list[str]) -> int:
         return 0
     print(f"kiln native checks: {status_}: {why}", file=sys.stderr)
     return 0 if status_ == "off" else 1
+
+
+def describe(state: tuple[str, str]) -> str:
+    """One line a person can act on for a `status()` answer."""
+    status_, why = state
+    if status_ == "ready":
+        return f"native (C++) guard checks loaded from {_state['module'].__file__}"
+    if status_ == "off":
+        return f"off, guards run in Python: {why}"
+    if status_ == "failed":
+        return f"Python fallback: the build failed: {why[:600]}"
+    where = _state["path"] or "KILN_NATIVE_DIR"
+    if status_ == "building":
+        return f"building into {where} (nice 19); guards run in Python until it loads"
+    return (
+        f"not built yet ({where}): a process builds it in the background (nice 19) on first "
+        "use and runs guards in Python until then; `kiln native` builds it now"
+    )
