@@ -45,8 +45,6 @@ def test_every_option_has_a_reader_or_says_why_not():
     for name in options.KNOWN_OPTIONS:
         if name in not_impl or name in options.HONOURED_BY_CONSTRUCTION or _refused(name):
             continue
-        if name == "trace.dir" and _refused("trace.enabled"):
-            continue  # it needs trace.enabled
         pattern = re.compile(rf"""\.get\(\s*["']{re.escape(name)}["']|\.{re.escape(name)}\b""")
         readers = [str(p.relative_to(SRC)) for p, text in sources.items() if pattern.search(text)]
         assert readers, f"option {name!r} is accepted but nothing in kiln reads it"

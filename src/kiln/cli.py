@@ -21,6 +21,7 @@ SUBCOMMANDS = {
         "main",
         "build kiln's native guard checks now (else lazily, at nice 19); --status says which",
     ),
+    "report": ("kiln.report", "main", "render a compile trace as one HTML page (kiln report DIR)"),
     "doctor": ("kiln.doctor", "main", "say what this installation does: compiler, caches, native"),
 }
 

@@ -2,7 +2,8 @@
 
 Each artifact is a child of the `kiln` logger (`kiln.graph`, `kiln.recompiles`, ...), so the
 standard `logging` machinery can redirect them. A message is only formatted when its artifact
-is on, so logging costs nothing when it is off. `once` prints a line a single time per process.
+is on (or a trace is being recorded: kiln/trace gets every message of a traced compile), so
+logging costs nothing when it is off. `once` prints a line a single time per process.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from typing import Callable, Iterable
 
 from . import options as _options
+from . import trace
 
 ARTIFACTS = (
     "graph",
@@ -86,16 +88,20 @@ def set_logs(*names: str, **flags: bool) -> None:
 
 
 def is_on(artifact: str) -> bool:
-    return artifact in enabled_artifacts()
+    return artifact in enabled_artifacts() or trace.recording()
 
 
 def log(artifact: str, message: str | Callable[[], str]) -> None:
     """Log `message` under `artifact` if it is on; a callable message is only built when on."""
     if artifact not in ARTIFACTS:
         raise ValueError(f"kiln logs: unknown artifact {artifact!r}")
-    if artifact in enabled_artifacts():
+    shown, traced = artifact in enabled_artifacts(), trace.recording()
+    if shown or traced:
         text = message() if callable(message) else message
-        logging.getLogger(f"kiln.{artifact}").info(text)
+        if shown:
+            logging.getLogger(f"kiln.{artifact}").info(text)
+        if traced:  # every message of a traced frame's compile goes into its trace
+            trace.log(artifact, text)
 
 
 def once(key: str, artifact: str, message: str) -> bool:

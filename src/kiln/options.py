@@ -20,7 +20,8 @@ MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagrap
 #   triton.cudagraphs        device graphs (backends/builtin.py -> runtime/device_graphs.py); on
 #                            CPU tensors the graph runs without one and perf_hints says why
 #   triton.emulate_precision_casts  Triton renderer rounds low-precision intermediates as eager
-#   trace.enabled, trace.dir the trace (kiln/trace/) that `kiln report` renders
+#   trace.enabled, trace.dir the trace (kiln/trace/, read by capture/frontend.py) that
+#                            `kiln report DIR` renders
 #   max_autotune             no kernel search yet: warns once (NOT_IMPLEMENTED below)
 #   epilogue_fusion          no GEMM epilogue fusion yet: False is the truth, True warns once
 #   shape_padding            pad large unaligned matmuls on the GPU (codegen/pad_mm.py); False
@@ -249,17 +250,18 @@ def _check_backend_reads(backend, mode: str, config: Mapping[str, Any]) -> None:
             )
 
 
-def _check_trace(config: Mapping[str, Any]) -> None:
+def _check_trace(config: dict[str, Any]) -> None:
+    """`trace.dir` needs `trace.enabled`; an enabled trace gets an absolute folder now (the
+    working directory may change before the first call): `trace.dir`, else `KILN_TRACE_DIR`,
+    else `./kiln_trace`."""
     if config.get("trace.dir") is not None and not config.get("trace.enabled"):
         raise ValueError(
             "kiln.compile: options sets 'trace.dir' but not 'trace.enabled', so nothing would "
             "be written there. Add 'trace.enabled': True (or drop 'trace.dir')."
         )
     if config.get("trace.enabled"):
-        raise NotImplementedError(
-            "kiln.compile: 'trace.enabled' is not implemented yet; drop it (KILN_LOGS="
-            "graph,output_code prints the graphs and code meanwhile)."
-        )
+        folder = config.get("trace.dir") or _env().get("KILN_TRACE_DIR") or "kiln_trace"
+        config["trace.dir"] = os.path.abspath(folder)
 
 
 def _warn_not_implemented(mode: str, config: Mapping[str, Any]) -> None:

@@ -39,7 +39,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from .. import logs
+from .. import logs, trace
 from ..gc_pause import paused_gc
 from . import decomps
 from .analyze import analyze
@@ -121,6 +121,7 @@ class AotCompiled:
             self.only = entry
         return entry(args)
 
+    @trace.timed("aot autograd")
     @paused_gc()  # the garbage collector waits until the entry is compiled (gc_pause.py)
     def _compile_entry(self, args: list, key: tuple):
         grad_enabled = torch.is_grad_enabled()

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from .. import logs
+from .. import logs, trace
 from ..backends.registry import lookup_backend
 from ..gc_pause import paused_gc
 from ..lazy_graphs import LazyGraphModule
@@ -133,6 +133,11 @@ class CompiledFunction:
         if self.entries and logs.is_on("recompiles"):
             logs.log(
                 "recompiles", lambda: f"recompiling {self.label}: {self._why_missed(args, kwargs)}"
+            )
+        if self.opts.get("trace.enabled"):  # the compile as one frame of the trace (kiln/trace)
+            missed = self._why_missed(args, kwargs) if self.entries else None
+            return trace.compile_frame(
+                self, self.opts.get("trace.dir"), missed, lambda: self._trace(args, kwargs)
             )
         return self._trace(args, kwargs)
 

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from .. import logs
+from .. import logs, trace
 from ..lower import GraphUnsupported, extern_summary, lower_graph
 from ..options import Options
 from ..runtime.cpp_builder import CompilerNotFound, build
@@ -62,6 +62,7 @@ def compile_graph_strict(gm, example_inputs, *, options: Options | None = None) 
     module = render_module(sched)
     params = {k.name: k.params for k in module.kernels}
     wrapper = render_wrapper(sched, params, checked_input_names(gm, graph.inputs))
+    trace.kernels("cpu", module.kernels, wrapper.source)
     logs.log(
         "output_code",
         lambda: f"C++ kernels:\n{module.source}\nwrapper:\n{wrapper.source}",

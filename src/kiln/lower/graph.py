@@ -18,7 +18,7 @@ import operator
 
 import torch
 
-from .. import logs
+from .. import logs, trace
 from .context import INDIRECT_LOAD_DEVICES, SUPPORTED_DTYPES, LoweringContext
 from .conv_layout import channels_last_convolutions
 from .cse import common_subexpressions
@@ -129,6 +129,7 @@ def graph_device_type(gm: torch.fx.GraphModule, example_inputs) -> str:
     return graph_device(gm, example_inputs).type
 
 
+@trace.timed("lower")
 def lower_graph(
     gm: torch.fx.GraphModule, example_inputs, *, indirect_loads: bool | None = None
 ) -> LoopGraph:

@@ -28,7 +28,7 @@ import time
 import torch
 
 from .. import __version__ as kiln_version
-from .. import options
+from .. import options, trace
 from .cache import open_cache
 
 FLAGS = (
@@ -138,16 +138,19 @@ def _compile(source: str) -> bytes:
             return f.read()
 
 
+@trace.timed("build")
 def build(source: str, kernels: dict[str, int], cache_dir: str | None = None) -> LoadedLibrary:
     """Load (compiling if needed) `source`; `kernels` maps kernel names to argument counts."""
     key = cache_key(source)
     hit = _loaded.get(key)
     if hit is not None:
         STATS["memory_hits"] += 1
+        trace.event("cache", kind="cpp", key=key, result="memory")
         return hit
     cache = open_cache(cache_dir or options.env_cache_dir(), "cpp")
     path, on_disk = cache.fetch(key, lambda: _compile(source))
     STATS["disk_hits"] += on_disk
+    trace.event("cache", kind="cpp", key=key, result="disk" if on_disk else "compiled")
     lib = LoadedLibrary(path, kernels)
     _loaded[key] = lib
     return lib

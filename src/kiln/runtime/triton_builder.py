@@ -36,7 +36,7 @@ from typing import Callable
 import torch
 
 from .. import __version__ as kiln_version
-from .. import logs, options
+from .. import logs, options, trace
 from . import triton_native_launcher, triton_workers
 from .cache import open_cache
 from .triton_interpret import is_interpreting
@@ -92,6 +92,7 @@ def _import(path: str, key: str):
     return module
 
 
+@trace.timed("build")
 def load(
     source: str, launches: dict | None = None, cache_dir: str | None = None, wait: bool = True
 ):
@@ -103,10 +104,12 @@ def load(
     hit = _loaded.get(key)
     if hit is not None:
         STATS["memory_hits"] += 1
+        trace.event("cache", kind="triton", key=key, result="memory")
         return hit
     cache = open_cache(cache_dir or options.env_cache_dir(), "triton", suffix=".py")
     path, on_disk = cache.fetch(key, lambda: source.encode())
     STATS["disk_hits"] += on_disk
+    trace.event("cache", kind="triton", key=key, result="disk" if on_disk else "compiled")
     module = _import(path, key)
     STATS["loads"] += 1
     if launches and not is_interpreting():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import logs
+from .. import logs, trace
 from ..lower.ir import LoopGraph
 from ..lower.verify import verify
 from .arena import Arena, plan_arena
@@ -38,6 +38,7 @@ class Schedule:
         return "\n".join(str(s) for s in self.steps)
 
 
+@trace.timed("schedule")
 def schedule(
     graph: LoopGraph,
     *,

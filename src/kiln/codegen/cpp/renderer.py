@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import sympy
 import torch
 
+from ... import trace
 from ...lower.indexing import (
     delinearize,
     index_vars,
@@ -537,6 +538,7 @@ def _render_columns(k: _KernelContext, parallel: bool) -> CppKernel:
     return CppKernel(kernel.name, params, "\n".join(lines))
 
 
+@trace.timed("render")
 def render_module(sched: Schedule) -> CppModule:
     nodes = sched.graph.node_map()
     kernels = tuple(render_kernel(k, nodes) for k in sched.kernels)

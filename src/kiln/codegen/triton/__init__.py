@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from ... import logs
+from ... import logs, trace
 from ...lower import GraphUnsupported, extern_summary, lower_graph
 from ...lower.conv_layout import channels_last_convolutions
 from ...lower.graph import ensure_meta
@@ -92,6 +92,7 @@ def compile_graph_strict(
     module = render_module(sched, emulate_casts=emulate, interpret=is_interpreting())
     kernels = {k.name: k for k in module.kernels}
     wrapper = render_wrapper(sched, kernels, checked_input_names(gm, graph.inputs))
+    trace.kernels("triton", module.kernels, wrapper.source)
     logs.log("output_code", lambda: f"Triton kernels:\n{module.source}\nwrapper:\n{wrapper.source}")
     summary = extern_summary(sched.graph)
     if summary:

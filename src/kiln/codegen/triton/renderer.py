@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ... import trace
 from ...lower.indexing import index_vars, linearize, reduce_vars
 from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, reindex, walk
 from ...schedule import Kernel, Schedule
@@ -418,6 +419,7 @@ def _writes_nothing(kernel: Kernel, nodes: dict) -> bool:
     return all(any(int(d) == 0 for d in nodes[m.name].size) for m in kernel.members)
 
 
+@trace.timed("render")
 def render_module(
     sched: Schedule, emulate_casts: bool = False, interpret: bool = False
 ) -> TritonModule:
