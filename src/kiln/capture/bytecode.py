@@ -15,6 +15,10 @@ from typing import Callable
 
 PY = sys.version_info[:2]
 
+# The empty slot CPython's call convention puts beside a callable (PUSH_NULL, LOAD_GLOBAL and
+# LOAD_ATTR with their low bit set): "no self argument".
+NULL = type("NULL", (), {"__repr__": lambda self: "NULL"})()
+
 _HANDLERS: dict[str, Callable] = {}
 
 
@@ -101,6 +105,41 @@ BINARY_OPS: list[str] = [sym for _, sym in dis._nb_ops]  # index -> "+", "+=", .
 
 def load_global_pushes_null(inst) -> bool:
     return bool(inst.arg & 1)
+
+
+# where CALL expects the NULL of a callable without self: below it before 3.13, above it from 3.13
+NULL_BELOW_CALLABLE = PY < (3, 13)
+
+
+def push_callable(stack: list, fn, self_obj=NULL) -> None:
+    """Push a callable for CALL: `[NULL, fn]`/`[fn, self]` before 3.13, `[fn, NULL]`/`[fn, self]`
+    from 3.13 (the NULL moved above the callable there)."""
+    if self_obj is not NULL or not NULL_BELOW_CALLABLE:
+        stack.append(fn)
+        stack.append(self_obj)
+    else:
+        stack.append(NULL)
+        stack.append(fn)
+
+
+def pop_callable(stack: list) -> tuple:
+    """Pop what push_callable pushed (arguments already popped): (callable, leading args)."""
+    b = stack.pop()
+    a = stack.pop()
+    if not NULL_BELOW_CALLABLE:  # [callable, self_or_NULL]
+        return (a, ()) if b is NULL else (a, (b,))
+    return (b, ()) if a is NULL else (a, (b,))  # [callable_or_NULL, self_or_callable]
+
+
+def pop_call_ex_callable(stack: list):
+    """CALL_FUNCTION_EX's callable (its arguments already popped): `[NULL, fn]` before 3.13
+    (3.11 may omit the NULL), `[fn, NULL]` on 3.13; returns (callable, leading args)."""
+    if not NULL_BELOW_CALLABLE:
+        return pop_callable(stack)
+    fn = stack.pop()
+    if stack and stack[-1] is NULL:
+        stack.pop()
+    return fn, ()
 
 
 def load_attr_is_method(inst) -> bool:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import bytecode as bc
+from .bytecode import NULL
 from .errors import GraphBreakAt, KilnInternal, ResumableBreak  # noqa: F401
-from .interpreter import NULL, Frame
+from .interpreter import Frame
 
 CALL_OPS = {"CALL", "CALL_KW", "CALL_FUNCTION_EX"}
 # instructions whose callee's return value goes straight onto the caller's stack: a property
@@ -39,6 +40,8 @@ def can_resume(interp) -> bool:
         return False
     inner = interp.frames[-1]
     op = inner.info.instructions[inner.pc - 1].opname
+    if op == "TO_BOOL":  # 3.13: the condition of the branch that follows (ops_control.py)
+        op = inner.info.instructions[inner.pc].opname
     if op in CALL_OPS:
         if interp.native_nesting > 1:
             return False

@@ -17,8 +17,6 @@ from . import bytecode
 from .bytecode import CodeInfo, code_info
 from .errors import KilnInternal
 
-NULL = type("NULL", (), {"__repr__": lambda self: "NULL"})()
-
 RETURN = 0
 YIELD = 1
 

@@ -15,9 +15,8 @@ import torch
 from . import bytecode as bc
 from . import environ
 from .attributes import _class_attr
-from .bytecode import opcode
+from .bytecode import NULL, opcode
 from .calls import delete_attr, load_attr, store_attr
-from .interpreter import NULL
 from .sources import CellSource, ConstSource, GlobalSource, ItemSource
 
 
@@ -192,10 +191,11 @@ def op_load_classderef(interp, frame, inst):
 # ---- globals -----------------------------------------------------------------------------------
 @opcode("LOAD_GLOBAL")
 def op_load_global(interp, frame, inst):
-    name = inst.argval
+    value = load_global(interp, frame, inst.argval)
     if bc.load_global_pushes_null(inst):
-        frame.stack.append(NULL)
-    frame.stack.append(load_global(interp, frame, name))
+        bc.push_callable(frame.stack, value)
+    else:
+        frame.stack.append(value)
 
 
 def load_global(interp, frame, name):
@@ -264,14 +264,15 @@ def op_load_method(interp, frame, inst):
 
 
 def _push_method(interp, frame, obj, name):
-    """[meth, self] when `name` is a plain function on the type, else [NULL, attribute]."""
+    """[meth, self] when `name` is a plain function on the type, else the attribute and NULL."""
     attr = _class_attr(type(obj), name)
     if type(attr) is types.FunctionType and name not in getattr(obj, "__dict__", {}):
-        frame.stack.append(attr)
-        frame.stack.append(obj)
-    else:
+        bc.push_callable(frame.stack, attr, obj)
+    elif bc.NULL_BELOW_CALLABLE:  # pushed first, so a getter's break resumes with it in place
         frame.stack.append(NULL)
         frame.stack.append(_load_attr_at(interp, frame, obj, name))
+    else:  # 3.13: the NULL follows the value; a break in a getter here finishes concretely
+        bc.push_callable(frame.stack, load_attr(interp, obj, name))
 
 
 def _load_attr_at(interp, frame, obj, name):
@@ -290,8 +291,9 @@ def op_load_super_attr(interp, frame, inst):
     sup = global_super(cls, self_obj) if global_super is super else global_super(cls, self_obj)
     value = load_attr(interp, sup, inst.argval)
     if is_method:
-        frame.stack.append(NULL)
-    frame.stack.append(value)
+        bc.push_callable(frame.stack, value)
+    else:
+        frame.stack.append(value)
 
 
 @opcode("STORE_ATTR")
@@ -412,11 +414,6 @@ def op_unary_invert(interp, frame, inst):
 @opcode("UNARY_POSITIVE", until=(3, 12))
 def op_unary_positive(interp, frame, inst):
     frame.stack.append(+frame.stack.pop())
-
-
-@opcode("TO_BOOL", since=(3, 13))
-def op_to_bool(interp, frame, inst):
-    frame.stack.append(bool(frame.stack.pop()))
 
 
 # ---- subscripts --------------------------------------------------------------------------------

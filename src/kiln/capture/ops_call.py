@@ -15,7 +15,6 @@ from . import bytecode as bc
 from .bytecode import opcode
 from .calls import interp_call
 from .errors import GraphBreakAt, ResumableBreak
-from .interpreter import NULL
 
 
 def _call(interp, frame, fn, args: tuple, kwargs: dict):
@@ -45,37 +44,30 @@ def _split_kwargs(args: list, names: tuple):
     return args[:-n], dict(zip(names, args[-n:]))
 
 
-@opcode("CALL")
-def op_call(interp, frame, inst):
-    argc = inst.arg
-    stack = frame.stack
+def _pop_args(stack: list, argc: int) -> list:
     args = stack[len(stack) - argc :] if argc else []
     del stack[len(stack) - argc :]
-    b = stack.pop()
-    a = stack.pop()
-    if bc.PY >= (3, 13):  # [callable, self_or_NULL, args]
-        fn, args = (a, args) if b is NULL else (a, [b, *args])
-    else:  # [callable_or_NULL, self_or_callable, args]
-        fn, args = (b, args) if a is NULL else (a, [b, *args])
-    names = frame.kw_names
+    return args
+
+
+@opcode("CALL")
+def op_call(interp, frame, inst):
+    stack = frame.stack
+    args = _pop_args(stack, inst.arg)
+    fn, lead = bc.pop_callable(stack)
+    names = frame.kw_names  # always () on 3.13, where CALL_KW carries keyword names
     frame.kw_names = ()
-    if bc.PY >= (3, 13):
-        names = ()
-    pos, kwargs = _split_kwargs(args, names)
+    pos, kwargs = _split_kwargs([*lead, *args], names)
     stack.append(_call(interp, frame, fn, tuple(pos), kwargs))
 
 
 @opcode("CALL_KW", since=(3, 13))
 def op_call_kw(interp, frame, inst):
-    names = frame.stack.pop()
-    argc = inst.arg
     stack = frame.stack
-    args = stack[len(stack) - argc :] if argc else []
-    del stack[len(stack) - argc :]
-    b = stack.pop()
-    a = stack.pop()
-    fn, args = (a, args) if b is NULL else (a, [b, *args])
-    pos, kwargs = _split_kwargs(args, names)
+    names = stack.pop()
+    args = _pop_args(stack, inst.arg)
+    fn, lead = bc.pop_callable(stack)
+    pos, kwargs = _split_kwargs([*lead, *args], names)
     stack.append(_call(interp, frame, fn, tuple(pos), kwargs))
 
 
@@ -84,17 +76,8 @@ def op_call_function_ex(interp, frame, inst):
     stack = frame.stack
     kwargs = stack.pop() if inst.arg & 1 else {}
     args = stack.pop()
-    if bc.PY >= (3, 13):
-        null_or_self = stack.pop()
-        fn = stack.pop()
-        if null_or_self is not NULL:
-            args = (null_or_self, *args)
-    else:
-        fn = stack.pop()
-        if stack and stack[-1] is NULL:
-            stack.pop()
-    if not isinstance(args, tuple):
-        args = tuple(args)
+    fn, lead = bc.pop_call_ex_callable(stack)
+    args = (*lead, *args) if lead or not isinstance(args, tuple) else args
     if not isinstance(kwargs, dict):
         kwargs = dict(kwargs)
     stack.append(_call(interp, frame, fn, args, kwargs))
@@ -104,38 +87,49 @@ def op_call_function_ex(interp, frame, inst):
 def op_make_function(interp, frame, inst):
     stack = frame.stack
     code = stack.pop()
-    flags = bc.make_function_flags(inst)
+    flags = bc.make_function_flags(inst)  # 0 on 3.13: SET_FUNCTION_ATTRIBUTE follows
     closure = stack.pop() if flags & 0x08 else None
     annotations = stack.pop() if flags & 0x04 else None
     kwdefaults = stack.pop() if flags & 0x02 else None
     defaults = stack.pop() if flags & 0x01 else None
-    fn = types.FunctionType(code, frame.globals, code.co_name, defaults, closure)
-    fn.__qualname__ = code.co_qualname
+    if closure is None and code.co_freevars:  # 3.13: the real cells come next
+        closure = tuple(types.CellType() for _ in code.co_freevars)
+    fn = _new_function(interp, code, frame.globals, defaults, closure)
     if kwdefaults:
         fn.__kwdefaults__ = kwdefaults
     if annotations:
-        fn.__annotations__ = (
-            dict(zip(annotations[::2], annotations[1::2]))
-            if isinstance(annotations, tuple)
-            else annotations
-        )
+        fn.__annotations__ = _annotations(annotations)
+    stack.append(fn)
+
+
+def _new_function(interp, code, globals_, defaults, closure):
+    fn = types.FunctionType(code, globals_, code.co_name, defaults, closure)
+    fn.__qualname__ = code.co_qualname
     interp.tracer.keepalive.append(fn)
     interp.tracer.inner_functions.add(id(fn))
-    stack.append(fn)
+    return fn
+
+
+def _annotations(value) -> dict:
+    """A flat (name, value, ...) tuple from the compiler, or already a dict."""
+    return dict(zip(value[::2], value[1::2])) if isinstance(value, tuple) else value
 
 
 @opcode("SET_FUNCTION_ATTRIBUTE", since=(3, 13))
 def op_set_function_attribute(interp, frame, inst):
     fn = frame.stack.pop()
     value = frame.stack.pop()
-    if inst.arg == 0x08:
-        fn = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, value)
+    if inst.arg == 0x08:  # a closure can't be assigned: make the function again, with it
+        old = fn
+        fn = _new_function(interp, old.__code__, old.__globals__, old.__defaults__, value)
+        fn.__kwdefaults__ = old.__kwdefaults__
+        fn.__annotations__ = old.__annotations__
     elif inst.arg == 0x01:
         fn.__defaults__ = value
     elif inst.arg == 0x02:
         fn.__kwdefaults__ = value
     elif inst.arg == 0x04:
-        fn.__annotations__ = value
+        fn.__annotations__ = _annotations(value)
     frame.stack.append(fn)
 
 

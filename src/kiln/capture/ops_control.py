@@ -9,23 +9,37 @@ which the recorder treats as a graph break. Exceptions use the code's exception 
 from __future__ import annotations
 
 from . import bytecode as bc
-from .bytecode import opcode
-from .interpreter import NULL, RETURN, YIELD
+from .bytecode import NULL, opcode
+from .interpreter import RETURN, YIELD
 
 
 def _jump(frame, inst):
     frame.pc = frame.info.target(inst)
 
 
-def _truth(interp, frame, inst, value) -> bool:
+def _truth(interp, frame, inst, value, fall_through: int | None = None) -> bool:
     """`bool(value)` for a branch; on a tensor this is where a graph break lands."""
     from .continuations import GraphBreakAt, ResumableBreak, branch_targets, chain_of
 
     try:
         return bool(value)
     except ResumableBreak as brk:
-        step = ("branch", value, *branch_targets(frame, inst))
+        target, nxt, jump_if_true = branch_targets(frame, inst)
+        if fall_through is not None:
+            nxt = fall_through
+        step = ("branch", value, target, nxt, jump_if_true)
         raise GraphBreakAt(chain_of(interp, frame), step, brk) from None
+
+
+@opcode("TO_BOOL", since=(3, 13))
+def op_to_bool(interp, frame, inst):
+    """3.13 converts a branch's condition first: a break here is the following branch's break."""
+    value = frame.stack.pop()
+    nxt = frame.info.instructions[frame.pc]
+    if nxt.opname in ("POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE"):
+        frame.stack.append(_truth(interp, frame, nxt, value, fall_through=frame.pc + 1))
+    else:
+        frame.stack.append(bool(value))
 
 
 @opcode("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT")
