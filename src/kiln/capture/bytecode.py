@@ -122,6 +122,17 @@ def push_callable(stack: list, fn, self_obj=NULL) -> None:
         stack.append(fn)
 
 
+def push_result(frame, value) -> None:
+    """Give a callee's return value to the frame whose instruction ran it, when a continuation
+    resumes that frame: a method-form LOAD_ATTR whose property getter broke also owes CALL the
+    NULL that 3.13 puts after the value."""
+    frame.stack.append(value)
+    if not NULL_BELOW_CALLABLE:
+        inst = frame.info.instructions[frame.pc - 1]
+        if inst.opname == "LOAD_ATTR" and load_attr_is_method(inst):
+            frame.stack.append(NULL)
+
+
 def pop_callable(stack: list) -> tuple:
     """Pop what push_callable pushed (arguments already popped): (callable, leading args)."""
     b = stack.pop()

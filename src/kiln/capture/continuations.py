@@ -215,7 +215,7 @@ def resume_chain(interp, frames: list[Frame], exc: BaseException | None = None) 
                     continue
                 pending = None
         elif pending is None:
-            f.stack.append(result)
+            bc.push_result(f, result)
         else:
             if not interp._dispatch_exception(f, f.pc - 1, pending):
                 continue
@@ -239,6 +239,3 @@ def branch_targets(frame: Frame, inst) -> tuple[int, int, bool]:
     """(jump target index, fall-through index, jumps when truthy) of a branch instruction."""
     target = frame.info.target(inst)
     return target, frame.pc, "TRUE" in inst.opname
-
-
-_ = bc  # bytecode quirks are consulted through Frame.info

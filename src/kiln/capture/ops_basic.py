@@ -271,8 +271,8 @@ def _push_method(interp, frame, obj, name):
     elif bc.NULL_BELOW_CALLABLE:  # pushed first, so a getter's break resumes with it in place
         frame.stack.append(NULL)
         frame.stack.append(_load_attr_at(interp, frame, obj, name))
-    else:  # 3.13: the NULL follows the value; a break in a getter here finishes concretely
-        bc.push_callable(frame.stack, load_attr(interp, obj, name))
+    else:  # 3.13: the NULL follows the value (bc.push_result on resuming after a getter's break)
+        bc.push_callable(frame.stack, _load_attr_at(interp, frame, obj, name))
 
 
 def _load_attr_at(interp, frame, obj, name):
