@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 import kiln
 from kiln import logs, options
+from kiln.contracts import takes_capture_info
 
 SRC = pathlib.Path(kiln.__file__).parent
 
@@ -134,8 +135,9 @@ def test_codegen_options_with_a_backend_that_ignores_them_are_refused(kwargs, ph
 def test_backends_that_read_the_options_keep_them():
     seen = []
 
-    def backend(gm, example_inputs):  # a callable may hand the graph to kiln's own backend
-        seen.append(gm.meta["kiln_options"].get("debug.fuel"))
+    @takes_capture_info  # a callable may hand the graph, and the facts, to kiln's own backend
+    def backend(gm, example_inputs, info):
+        seen.append(info.options.get("debug.fuel"))
         return gm.forward
 
     f = kiln.compile(lambda x: x.sin() * 2, backend=backend, options={"debug.fuel": 2})
@@ -175,13 +177,16 @@ def test_fallback_random_draws_what_eager_draws():
 def test_shape_padding_off_leaves_matmuls_as_written(monkeypatch):
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from kiln.codegen import pad_mm
-    from kiln.codegen import triton as triton_codegen
+    from kiln import rewrites
+    from kiln.codegen.pipeline import _rewrites
+    from kiln.devices.builtin import CUDA
+    from kiln.rewrites import pad_mm
 
     # pad on the CPU too, and whatever the size, so that this machine shows the rewrite
     monkeypatch.setattr(pad_mm, "MIN_WORK", 0)
-    monkeypatch.setattr(
-        triton_codegen, "pad_matmuls", functools.partial(pad_mm.pad_matmuls, devices=("cpu",))
+    on_cpu = functools.partial(pad_mm.pad_matmuls, devices=("cpu",))
+    monkeypatch.setitem(
+        rewrites.REWRITES, "pad_matmuls", rewrites.Rewrite("pad_matmuls", on_cpu, "")
     )
 
     def head(x, w):
@@ -192,7 +197,7 @@ def test_shape_padding_off_leaves_matmuls_as_written(monkeypatch):
     for on in (True, False):
         gm = make_fx(head)(*args)
         opts = options.build_options(options={"shape_padding": on})
-        triton_codegen.rewrite_graph(gm, list(args), opts)
+        rewrites.run_rewrites(gm, list(args), _rewrites(CUDA, opts))
         pads[on] = sum(n.target is torch.ops.aten.constant_pad_nd.default for n in gm.graph.nodes)
         fresh = tuple(torch.randn_like(a) for a in args)
         torch.testing.assert_close(gm(*fresh), head(*fresh))

@@ -1,7 +1,10 @@
 """kiln: a compiler for PyTorch programs. `kiln.compile(model)` has torch.compile's signature.
 
-Stages (each a subpackage; see its __init__): capture/ (bytecode -> FX graph + guards),
-autograd/ (ATen graphs, forward/backward split), backends/ (the registry and built-ins).
+Stages (each a subpackage; see its __init__ and docs/architecture.md): capture/ (bytecode -> FX
+graph + guards), backends/ (the registry and built-ins), autograd/ (ATen graphs, forward/backward
+split), rewrites/ (named ATen rewrites), lower/ (loop IR), schedule/ (kernels and memory plan),
+codegen/ (the one pipeline; C++ and Triton renderers), devices/ (compile targets), runtime/
+(builders, caches, device graphs).
 """
 
 from .api import (
@@ -16,11 +19,12 @@ from .api import (
     reset,
 )
 from .backends.registry import register_backend
+from .devices import register_device
 from .logs import set_logs
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
+    "__version__",
     "allow_in_graph",
     "compile",
     "disable",
@@ -30,6 +34,7 @@ __all__ = [
     "mark_dynamic",
     "mark_step_begin",
     "register_backend",
+    "register_device",
     "reset",
     "set_logs",
 ]

@@ -14,8 +14,9 @@ from typing import Any, Callable
 import torch
 
 from .backends import builtin  # noqa: F401  (registers eager / aot_eager / inductor)
-from .backends.registry import known_backend_names
+from .backends.registry import known_backend_names, lookup_backend
 from .capture import frontend
+from .contracts import Backend
 from .options import Options, build_options
 
 
@@ -57,9 +58,10 @@ def _compile_one(model: Callable, opts: Options, disable: bool):
             f"kiln.compile: {getattr(model, '__qualname__', model)!r} is async; kiln compiles "
             "synchronous code only. Compile the synchronous functions it calls instead."
         )
+    backend = Backend.bind(opts.backend, lookup_backend(opts.backend))
     if isinstance(model, torch.nn.Module):
-        return OptimizedModule(model, frontend.CompiledFunction.for_module(model, opts))
-    compiled = frontend.CompiledFunction.for_callable(model, opts)
+        return OptimizedModule(model, frontend.CompiledFunction.for_module(model, opts, backend))
+    compiled = frontend.CompiledFunction.for_callable(model, opts, backend)
 
     @functools.wraps(model)
     def compiled_fn(*args, **kwargs):
@@ -176,9 +178,15 @@ def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> Non
 def explain(fn: Callable, **compile_kwargs):
     """`kiln.explain(fn)(*args)`: graphs, op counts, graph breaks with reasons, source lines
     and hints, guards, and compiles of one call; printable."""
-    from .capture.explain import explain as _explain
+    from .capture.explain import report
 
-    return _explain(fn, **compile_kwargs)
+    def run(*args, **kwargs):
+        compile_kwargs.setdefault("backend", "eager")
+        compiled = compile(fn, **compile_kwargs)
+        compiled(*args, **kwargs)
+        return report(compiled._kiln_compiled)
+
+    return run
 
 
 def reset() -> None:

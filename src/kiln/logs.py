@@ -26,6 +26,7 @@ ARTIFACTS = (
     "perf_hints",
     "bytecode",
     "fallbacks",
+    "passes",
 )
 
 _root = logging.getLogger("kiln")

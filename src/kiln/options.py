@@ -44,6 +44,9 @@ KNOWN_OPTIONS: dict[str, tuple[Any, type | tuple[type, ...]]] = {
     "freezing": (False, bool),
     "cache_size_limit": (8, int),
     "debug.verify_ir": (False, bool),
+    # the kiln device that compiles graphs (kiln.devices); None: the one registered for the
+    # tensors' device type
+    "codegen.device": (None, (str, type(None))),
     "debug.fuel": (None, (int, type(None))),
 }
 

@@ -71,3 +71,20 @@ def test_closing_without_waiting_still_reaps_the_workers():
     while os.path.exists(pool._claims) and time.time() < deadline:
         time.sleep(0.05)
     assert not os.path.exists(pool._claims)
+
+
+def test_default_backend_runs_without_numpy(run_python):
+    # NumPy is not a kiln dependency: the default backend once imported Triton's interpreter
+    # support (which imports NumPy) while stopping compile workers no graph had started.
+    code = (
+        "import sys\n"
+        "sys.modules['numpy'] = None  # unimportable, as on an install without NumPy\n"
+        "import torch, kiln\n"
+        "f = kiln.compile(lambda x: (x.sin() * 2).relu() + 1)\n"
+        "for _ in range(2):\n"
+        "    x = torch.randn(64)\n"
+        "    torch.testing.assert_close(f(x), (x.sin() * 2).relu() + 1)\n"
+        "assert sys.modules['numpy'] is None\n"
+        "print('ok')\n"
+    )
+    assert run_python("-c", code).stdout.strip().endswith("ok")

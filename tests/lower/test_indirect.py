@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from kiln.devices import Capabilities
 from kiln.lower import IRError, lower_graph, verify
-from kiln.lower.graph import graph_device_type, is_check, is_fallback
+from kiln.lower.graph import graph_device, is_check, is_fallback
 from kiln.lower.indexing import Indirect, index_vars
 from kiln.lower.ir import Input, Layout, Load, LoopGraph, Pointwise, loads
 
@@ -53,7 +54,7 @@ def test_views_compose_through_indirect_terms():
 def test_without_indirect_loads_the_ops_stay_extern_calls_with_the_reason():
     w, idx = torch.randn(10, 4), torch.randint(0, 10, (2, 3))
     g = _lower(lambda w, i: (F.embedding(i, w), w[i], torch.gather(w, 0, i)), w, idx,
-               indirect_loads=False)  # fmt: skip
+               capabilities=Capabilities(indirect_loads=False))  # fmt: skip
     externs = {str(n.target): n.reason for n in g.nodes if is_fallback(n)}
     assert set(externs) == {"aten.embedding.default", "aten.index.Tensor", "aten.gather.default"}
     assert all("no indirect loads" in r for r in externs.values())
@@ -62,7 +63,7 @@ def test_without_indirect_loads_the_ops_stay_extern_calls_with_the_reason():
 
 def test_graph_device_is_read_from_placeholder_metadata_first():
     gm = make_fx(lambda x: x + 1)(torch.randn(3))
-    assert graph_device_type(gm, [torch.randn(3)]) == "cpu"
+    assert graph_device(gm, [torch.randn(3)]).type == "cpu"
     (ph,) = [n for n in gm.graph.nodes if n.op == "placeholder"]
 
     class _OnGpu(torch.Tensor):  # stands for a CUDA fake tensor on a machine without CUDA
@@ -71,7 +72,7 @@ def test_graph_device_is_read_from_placeholder_metadata_first():
             return torch.device("cuda", 0)
 
     ph.meta["val"] = torch.randn(3).as_subclass(_OnGpu)
-    assert graph_device_type(gm, [torch.randn(3)]) == "cuda"
+    assert graph_device(gm, [torch.randn(3)]).type == "cuda"
 
 
 def test_verifier_rejects_a_float_index_buffer():

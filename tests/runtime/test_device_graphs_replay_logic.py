@@ -7,9 +7,12 @@ same behaviours run on the GPU in test_device_graphs.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
+from kiln import devices
 from kiln.runtime import device_graphs as dg
 
 _COPY = torch.Tensor.copy_  # the stand-in's own writes, not counted where copy_ is watched
@@ -40,8 +43,10 @@ class ReplayingGraphs(dg.DeviceGraphs):
 
 @pytest.fixture
 def device(monkeypatch):
+    """The cpu device, given the stand-in as its graph runner (kiln.devices)."""
     impl = ReplayingGraphs()
-    monkeypatch.setitem(dg.IMPLEMENTATIONS, "cpu", impl)
+    cpu = dataclasses.replace(devices.DEVICES["cpu"], graph_runner=impl)
+    monkeypatch.setitem(devices.DEVICES, "cpu", cpu)
     return impl
 
 

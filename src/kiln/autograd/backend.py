@@ -21,6 +21,7 @@ from typing import Callable
 
 import torch.fx
 
+from ..contracts import CaptureInfo, takes_capture_info
 from .compile import aot_compile
 
 
@@ -56,17 +57,35 @@ def eager_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     return run
 
 
-def aot_eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+def _fixed(info: CaptureInfo | None) -> bool:
+    return info is not None and info.fixed_call_key
+
+
+@takes_capture_info
+def aot_eager(gm: torch.fx.GraphModule, example_inputs: list, info=None) -> Callable:
     return aot_compile(
-        gm, example_inputs, fw_compiler=eager_graph, bw_compiler=eager_graph, decompositions={}
+        gm,
+        example_inputs,
+        fw_compiler=eager_graph,
+        bw_compiler=eager_graph,
+        decompositions={},
+        fixed_call_key=_fixed(info),
     )
 
 
-def aot_eager_decomp_partition(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-    return aot_compile(gm, example_inputs, fw_compiler=eager_graph, bw_compiler=eager_graph)
+@takes_capture_info
+def aot_eager_decomp_partition(gm: torch.fx.GraphModule, example_inputs: list, info=None):
+    return aot_compile(
+        gm,
+        example_inputs,
+        fw_compiler=eager_graph,
+        bw_compiler=eager_graph,
+        fixed_call_key=_fixed(info),
+    )
 
 
-def aot_eager_save_all(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+@takes_capture_info
+def aot_eager_save_all(gm: torch.fx.GraphModule, example_inputs: list, info=None) -> Callable:
     return aot_compile(
         gm,
         example_inputs,
@@ -74,4 +93,5 @@ def aot_eager_save_all(gm: torch.fx.GraphModule, example_inputs: list) -> Callab
         bw_compiler=eager_graph,
         decompositions={},
         partition="save_all",
+        fixed_call_key=_fixed(info),
     )

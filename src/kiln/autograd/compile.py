@@ -20,7 +20,7 @@ values; for a graph capture made with dynamic sizes, the input shapes too, since
 generators compile for concrete sizes): the same graph called under `torch.no_grad()` compiles
 once more, forward only.
 Capture guards static shapes and dtypes, so they are not part of the key. When capture also guards
-everything the key is made of (`gm.meta["kiln_fixed_call_key"]`: every input a tensor whose
+everything the key is made of (`CaptureInfo.fixed_call_key`: every input a tensor whose
 requires_grad is guarded, and the grad mode), there is one entry and no key is computed per call:
 a model passes each parameter, and the key cost a pass over all of them.
 
@@ -70,6 +70,7 @@ class AotCompiled:
         inference_compiler: Compiler,
         decompositions: dict,
         partition: str,
+        fixed_call_key: bool = False,
     ):
         self.gm = gm
         self.fw_compiler = fw_compiler
@@ -81,8 +82,7 @@ class AotCompiled:
         # a graph with dynamic sizes is compiled once per input shape (see `entry_key`)
         self.dynamic = has_symbolic_sizes(gm)
         # capture's guards fix the key (see the module doc): the one entry, once compiled
-        fixed = bool(getattr(gm, "meta", {}).get("kiln_fixed_call_key"))
-        self.fixed_key = fixed and not self.dynamic
+        self.fixed_key = fixed_call_key and not self.dynamic
         self.only: InferenceEntry | TrainingEntry | None = None
         self.partitions: dict[tuple, Partition] = {}  # training entries' partition records
 
@@ -227,11 +227,14 @@ def aot_compile(
     inference_compiler: Compiler | None = None,
     decompositions: dict | None = None,
     partition: str = "min_cut",
+    fixed_call_key: bool = False,
 ) -> Callable:
     """Compile a captured graph ahead of time: functional ATen graphs, forward/backward split.
 
     `decompositions=None` uses kiln's table (`kiln.autograd.decomps`); pass `{}` for none.
     `partition` is `"min_cut"` (recompute cheap ops in the backward) or `"save_all"`.
+    `fixed_call_key`: the caller's guards fix everything the per-call key is made of
+    (`CaptureInfo.fixed_call_key`), so calls after the first skip computing it.
     The entry for `example_inputs` (under the current grad mode) is compiled right away.
     """
     for note in simplify_attention_masks(gm):
@@ -245,6 +248,7 @@ def aot_compile(
         inference_compiler or fw_compiler,
         decomps.default_decompositions() if decompositions is None else decompositions,
         partition,
+        fixed_call_key,
     )
     key = compiled.entry_key(example_inputs)
     entry = compiled.entries[key] = compiled._compile_entry(list(example_inputs), key)

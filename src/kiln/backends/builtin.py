@@ -3,28 +3,30 @@
 `eager` runs the captured torch-level graph as it is. `aot_eager` traces it to ATen with
 kiln's ahead-of-time autograd and runs eager ATen kernels. `inductor` (the default) is kiln's
 code generator: AOT autograd gives functional ATen forward and backward graphs (or one
-inference graph), and `kiln.codegen.compile_graph` turns each into C++/OpenMP kernels and a
-Python wrapper. `cudagraphs` is `aot_eager` with each compiled graph replayed as a device graph
-(runtime/device_graphs.py); `inductor` does the same under `options={"triton.cudagraphs": True}`
-or `mode="reduce-overhead"`.
+inference graph), and the one compile pipeline (`kiln.codegen.compile_graph`) compiles each for
+its device (C++/OpenMP on the CPU, Triton on CUDA, or a registered device). `cudagraphs` is
+`aot_eager` with each compiled graph replayed as a device graph (runtime/device_graphs.py);
+`inductor` does the same under `options={"triton.cudagraphs": True}` or
+`mode="reduce-overhead"`. Each takes capture's facts about the graph (`CaptureInfo`:
+`takes_capture_info`); called as a plain torch.compile backend (interop), defaults apply.
 
-Fallbacks. An ATen graph the code generator cannot compile (it raises, or gives the graph back)
-runs on eager ATen kernels, and a captured graph AOT autograd refuses runs on the `eager`
-backend. Falling back is always correct, never a wrong answer, but it is not kiln's code
-running: each one is logged under `KILN_LOGS=perf_hints` and kept in a process-wide record
-(`fallbacks()`: which graph, which stage, why), so that `kiln bench` can count a row's
-fallbacks instead of reporting eager kernels under kiln's name.
+Fallbacks. An ATen graph the pipeline declines (`Declined(reason)`) or fails on runs on eager
+ATen kernels, and a captured graph AOT autograd refuses runs on the `eager` backend. Falling
+back is always correct, never a wrong answer, but it is not kiln's code running: each one is
+logged under `KILN_LOGS=perf_hints` and kept in a process-wide record (`fallbacks()`: which
+graph, which stage, why) whatever logs are on, so that `kiln bench` can count a row's fallbacks
+instead of reporting eager kernels under kiln's name.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from .. import logs
+from ..contracts import CaptureInfo, takes_capture_info
 from .registry import register_backend, register_lazy
 
 
@@ -48,10 +50,10 @@ def fallbacks() -> list[Fallback]:
     return list(_record)
 
 
-def _fell_back(gm: torch.fx.GraphModule, stage: str, reason: str, message: str | None) -> None:
-    """Record a fallback of captured graph `gm`, and log `message` (None: already logged)."""
-    label = getattr(gm, "meta", {}).get("kiln_label", "a graph")
-    _record.append(Fallback(str(label), stage, reason))
+def _fell_back(info: CaptureInfo, stage: str, reason: str, message: str | None) -> None:
+    """Record a fallback of the captured graph `info` describes; log `message` (None: the
+    stage logged why itself)."""
+    _record.append(Fallback(info.label, stage, reason))
     if message is not None:
         logs.log("perf_hints", message)
 
@@ -61,68 +63,50 @@ def eager(gm: torch.fx.GraphModule, example_inputs: list):
     return gm.forward
 
 
-def _graph_compiler(options, captured: torch.fx.GraphModule, checked=()) -> Callable:
-    """`compile_graph` for one ATen graph of `captured`, or eager ATen kernels if it fails.
-    `checked`: positions of the graph's inputs whose layouts capture's guards check on every
-    call (a forward's inputs are the captured tensors); the wrapper does not check them again
-    (`aten_gm.meta["kiln_checked_inputs"]`)."""
-    from ..codegen import compile_graph
-    from ..codegen.devices import eager_callable
-
-    given_back = eager_callable(captured).__code__  # what a code generator returns to decline
+def _graph_compiler(info: CaptureInfo, checked=()) -> Callable:
+    """A graph compiler for AOT autograd: each ATen graph through the one pipeline, or on eager
+    ATen kernels when the pipeline declines it or fails. `checked`: positions of the graph's
+    inputs whose layouts capture's guards check on every call (a forward's inputs are the
+    captured tensors); the wrapper does not check them again."""
+    from ..codegen import Declined, compile_graph, eager_callable
 
     def compile_one(aten_gm: torch.fx.GraphModule, inputs: list):
-        said = _Said()  # the code generator logs why when it gives a graph back
-        hints = logging.getLogger("kiln.perf_hints")
-        hints.addHandler(said)
-        if checked:
-            aten_gm.meta["kiln_checked_inputs"] = tuple(checked)
         try:
-            compiled = compile_graph(aten_gm, inputs, options=options)
+            compiled = compile_graph(
+                aten_gm, inputs, options=info.options, checked_inputs=tuple(checked)
+            )
         except Exception as e:  # a codegen bug must cost speed, not correctness
             reason = f"{type(e).__name__}: {e}"
             _fell_back(
-                captured,
+                info,
                 "code generation",
                 reason,
                 f"inductor: code generation failed ({reason}); this graph runs on eager ATen "
                 "kernels",
             )
             return eager_callable(aten_gm)
-        finally:
-            hints.removeHandler(said)
-        if getattr(compiled, "__code__", None) is given_back:  # declined, and logged why
-            _fell_back(captured, "code generation", said.why, None)
+        if isinstance(compiled, Declined):  # the pipeline logged why
+            _fell_back(info, "code generation", str(compiled), None)
+            return eager_callable(aten_gm)
         return compiled
 
     return compile_one
 
 
-class _Said(logging.Handler):
-    """Keeps the code generator's "graph runs eagerly: why" line (logged when perf_hints is on)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.why = "declined (KILN_LOGS=perf_hints says why)"
-
-    def emit(self, record: logging.LogRecord) -> None:
-        head, _, why = record.getMessage().partition("graph runs eagerly: ")
-        if not head and why:
-            self.why = f"declined: {why}"
-
-
-def _aot_or_eager(backend: str, gm: torch.fx.GraphModule, example_inputs: list, **compilers):
+def _aot_or_eager(
+    backend: str, gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo, **compilers
+):
     """`aot_compile(gm, example_inputs, **compilers)`, or, when AOT autograd refuses the graph
     (AotUnsupported, or anything unforeseen), the captured graph on the `eager` backend."""
     from ..autograd import aot_compile
 
     try:
-        return aot_compile(gm, example_inputs, **compilers)
+        return aot_compile(gm, example_inputs, fixed_call_key=info.fixed_call_key, **compilers)
     except Exception as e:
         reason = f"{type(e).__name__}: {e}"
         without = " without device graphs" if backend == "cudagraphs" else ""
         _fell_back(
-            gm,
+            info,
             "AOT autograd",
             reason,
             f"{backend}: AOT autograd could not take this graph ({reason}); it runs on the "
@@ -132,25 +116,22 @@ def _aot_or_eager(backend: str, gm: torch.fx.GraphModule, example_inputs: list, 
 
 
 @register_backend(name="inductor")
-def inductor(gm: torch.fx.GraphModule, example_inputs: list):
-    """AOT autograd with kiln's C++ code generator compiling the forward and backward graphs.
-
-    The frozen `Options` of the `kiln.compile` call reach the code generator when capture
-    records them in `gm.meta["kiln_options"]`; otherwise the defaults apply.
-    """
-    options = gm.meta.get("kiln_options") if hasattr(gm, "meta") else None
-    compiler = _graph_compiler(options, gm)
+@takes_capture_info
+def inductor(gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo | None = None):
+    """AOT autograd with kiln's code generator compiling the forward and backward graphs."""
+    info = info if info is not None else CaptureInfo()
+    compiler = _graph_compiler(info)
     # a forward (or inference) graph takes the captured tensors as they are
-    forward = _graph_compiler(options, gm, _tensor_positions(gm, "kiln_checked_inputs"))
+    forward = _graph_compiler(info, _tensor_positions(gm, info.checked_inputs))
     compilers = {"fw_compiler": forward, "bw_compiler": compiler}
-    if options is not None and options.get("triton.cudagraphs"):
+    if info.options.get("triton.cudagraphs"):
         from ..runtime.device_graphs import wrap_compilers
 
         # replays read static copies of the inputs: the wrapper checks those itself
-        compilers = wrap_compilers(compiler, compiler, _device_graph_group(gm))
+        compilers = wrap_compilers(compiler, compiler, _device_graph_group(gm, info))
     _prestart_compile_workers(example_inputs)
     try:
-        return _aot_or_eager("inductor", gm, example_inputs, **compilers)
+        return _aot_or_eager("inductor", gm, example_inputs, info, **compilers)
     finally:  # the graph is compiled: idle compile workers would slow its calls
         from ..runtime.triton_builder import shutdown
 
@@ -178,18 +159,17 @@ register_lazy(
 register_lazy("aot_eager_save_all", "kiln.autograd.backend:aot_eager_save_all", ("debug",))
 
 
-def _device_graph_group(gm: torch.fx.GraphModule):
+def _device_graph_group(gm: torch.fx.GraphModule, info: CaptureInfo):
     from ..runtime.device_graphs import GraphGroup
 
-    label = getattr(gm, "meta", {}).get("kiln_label", "a compiled graph")
-    static = _tensor_positions(gm, "kiln_static_inputs")
-    return GraphGroup(label=str(label), static_inputs=static)
+    static = _tensor_positions(gm, info.static_inputs)
+    return GraphGroup(label=info.label, static_inputs=static)
 
 
-def _tensor_positions(gm: torch.fx.GraphModule, key: str) -> list[int]:
-    """Capture's positions (`gm.meta[key]`) among all inputs, as positions among the tensor
-    inputs, which the AOT graphs take."""
-    chosen = set(getattr(gm, "meta", {}).get(key, ()))
+def _tensor_positions(gm: torch.fx.GraphModule, positions) -> list[int]:
+    """Capture's `positions` among all inputs, as positions among the tensor inputs, which the
+    AOT graphs take."""
+    chosen = set(positions)
     tensors = [i for i, n in enumerate(gm.graph.find_nodes(op="placeholder")) if _is_tensor(n)]
     return [k for k, i in enumerate(tensors) if i in chosen]
 
@@ -199,10 +179,12 @@ def _is_tensor(placeholder: torch.fx.Node) -> bool:
 
 
 @register_backend(name="cudagraphs")
-def cudagraphs(gm: torch.fx.GraphModule, example_inputs: list):
+@takes_capture_info
+def cudagraphs(gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo | None = None):
     """AOT autograd on eager ATen kernels, forward and backward replayed as device graphs."""
     from ..autograd.backend import eager_graph
     from ..runtime.device_graphs import wrap_compilers
 
-    compilers = wrap_compilers(eager_graph, eager_graph, _device_graph_group(gm))
-    return _aot_or_eager("cudagraphs", gm, example_inputs, decompositions={}, **compilers)
+    info = info if info is not None else CaptureInfo()
+    compilers = wrap_compilers(eager_graph, eager_graph, _device_graph_group(gm, info))
+    return _aot_or_eager("cudagraphs", gm, example_inputs, info, decompositions={}, **compilers)

@@ -152,7 +152,13 @@ def _make_continuation_class():
             line = inner.fn.__code__.co_firstlineno
             label = f"{root.label} [resume in {inner.fn.__qualname__}@{line} pc {inner.pc}]"
             super().__init__(
-                None, None, root.opts, label, root.root_globals, signature=inspect.Signature(params)
+                None,
+                None,
+                root.opts,
+                label,
+                root.root_globals,
+                signature=inspect.Signature(params),
+                backend=root.backend,
             )
             self.root_cf = root
             self.specs = specs

@@ -11,7 +11,7 @@ import collections
 import runpy
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -24,6 +24,7 @@ class ExplainOutput:
     guards: list[tuple[str, list[str]]] = field(default_factory=list)  # entry label, guards
     compiles: int = 0
     eager_reasons: list[str] = field(default_factory=list)
+    graph_labels: list[str] = field(default_factory=list)  # the unit each graph came from
 
     @property
     def graph_count(self) -> int:
@@ -49,11 +50,10 @@ class ExplainOutput:
             f"  graphs: {self.graph_count}   graph breaks: {self.graph_break_count}   "
             f"compiled entries: {self.compiles}",
         ]
-        for i, (gm, ops) in enumerate(zip(self.graphs, self.op_counts())):
+        labels = self.graph_labels or [""] * len(self.graphs)
+        for i, (label, ops) in enumerate(zip(labels, self.op_counts())):
             top = ", ".join(f"{k} x{v}" for k, v in ops.most_common(6))
-            lines.append(
-                f"  graph {i} ({gm.meta.get('kiln_label', '')}): {sum(ops.values())} ops: {top}"
-            )
+            lines.append(f"  graph {i} ({label}): {sum(ops.values())} ops: {top}")
         for i, (reason, where, hint) in enumerate(self.breaks):
             lines.append(f"  break {i}: {reason}\n    at {where}")
             if hint:
@@ -74,27 +74,13 @@ def report(cf) -> ExplainOutput:
     units = [cf, *cf.continuations.values()]
     for unit in units:
         out.graphs += unit.graph_modules
+        out.graph_labels += [unit.label] * len(unit.graph_modules)
         out.compiles += len(unit.entries)
         if unit.eager_reason:
             out.eager_reasons.append(f"{unit.label}: {unit.eager_reason}")
         for k, (guards, _namer) in enumerate(unit.entry_guards):
             out.guards.append((f"{unit.label} entry {k}", [g.describe() for g in guards]))
     return out
-
-
-def explain(fn: Callable, **compile_kwargs) -> Callable[..., ExplainOutput]:
-    """`kiln.explain(fn)(*args, **kwargs)`: compile `fn`, run it once, report (and print)."""
-    import kiln
-
-    def run(*args, **kwargs) -> ExplainOutput:
-        compile_kwargs.setdefault("backend", "eager")
-        compiled = kiln.compile(fn, **compile_kwargs)
-        compiled(*args, **kwargs)
-        cf = compiled._kiln_compiled
-        result = report(cf)
-        return result
-
-    return run
 
 
 def explain_main(argv: list[str]) -> int:

@@ -19,7 +19,7 @@ import torch
 import torch.fx as fx
 
 from .. import logs, trace
-from ..backends.registry import lookup_backend
+from ..contracts import Backend, CaptureInfo
 from ..gc_pause import paused_gc
 from ..lazy_graphs import LazyGraphModule
 from . import (
@@ -62,9 +62,13 @@ class CompiledFunction:
         label: str,
         root_globals: dict,
         signature: inspect.Signature | None = None,
+        backend: Backend | None = None,
     ) -> None:
+        if backend is None:
+            raise TypeError("CompiledFunction needs the backend kiln.compile bound (backend=)")
         self.root_callable = root_callable
         self.opts = opts
+        self.backend = backend
         self.label = label
         self.root_globals = root_globals
         self.entries: list[Callable] = []
@@ -93,13 +97,13 @@ class CompiledFunction:
             _explaining.append(self)
 
     @classmethod
-    def for_callable(cls, fn: Callable, opts) -> "CompiledFunction":
+    def for_callable(cls, fn: Callable, opts, backend: Backend) -> "CompiledFunction":
         target = fn.__func__ if isinstance(fn, types.MethodType) else fn
         g = getattr(target, "__globals__", None) or {}
-        return cls(fn, fn, opts, getattr(fn, "__qualname__", repr(fn)), g)
+        return cls(fn, fn, opts, getattr(fn, "__qualname__", repr(fn)), g, backend=backend)
 
     @classmethod
-    def for_module(cls, mod: torch.nn.Module, opts) -> "CompiledFunction":
+    def for_module(cls, mod: torch.nn.Module, opts, backend: Backend) -> "CompiledFunction":
         fwd = type(mod).forward
         return cls(
             mod,
@@ -107,6 +111,7 @@ class CompiledFunction:
             opts,
             f"{type(mod).__qualname__}.forward",
             getattr(fwd, "__globals__", {}),
+            backend=backend,
         )
 
     # ---- calls --------------------------------------------------------------------------------
@@ -286,29 +291,28 @@ class CompiledFunction:
                 for name, t in tracer.constants.items():
                     setattr(root, name, t)
                 gm = LazyGraphModule(root, graph, class_name="KilnGraph")
-            gm.meta["kiln_label"] = self.label
-            gm.meta["kiln_options"] = self.opts
             self.graph_modules.append(gm)
             logs.log("graph", lambda: f"graph of {self.label}:\n{gm.print_readable(False)}")
             example_inputs = [t for _, t, _ in tracer.placeholders]
-            gm.meta["kiln_static_inputs"] = _held_positions(tracer, example_inputs)
-            gm.meta["kiln_checked_inputs"] = tuple(
-                i
-                for i, (_, _, n) in enumerate(tracer.placeholders)
-                if n.meta.get("kiln_layout_guarded")
+            info = CaptureInfo(
+                label=self.label,
+                options=self.opts,
+                static_inputs=_held_positions(tracer, example_inputs),
+                checked_inputs=tuple(
+                    i
+                    for i, (_, _, n) in enumerate(tracer.placeholders)
+                    if n.meta.get("kiln_layout_guarded")
+                ),
+                # every tensor input has a tensor guard (requires_grad included) and the grad
+                # mode is always guarded: with no other inputs, AOT's per-call key is fixed
+                fixed_call_key=all(isinstance(t, torch.Tensor) for t in example_inputs),
             )
-            # every tensor input has a tensor guard (requires_grad included) and the grad mode
-            # is always guarded: with no other inputs, AOT's per-call key cannot change
-            gm.meta["kiln_fixed_call_key"] = all(
-                isinstance(t, torch.Tensor) for t in example_inputs
-            )
-            backend = lookup_backend(self.opts.backend)
             self.compiles += 1
             with paused_gc():
-                compiled = backend(gm, example_inputs)
+                compiled = self.backend(gm, example_inputs, info)
             if not callable(compiled):
                 raise TypeError(
-                    f"backend {self.opts.backend!r} returned {compiled!r}, which is not callable"
+                    f"backend {self.backend.name!r} returned {compiled!r}, which is not callable"
                 )
             compiled = _first_call(compiled, gm)
             namer.bind("___graph", compiled)

@@ -1,67 +1,60 @@
-"""`CompiledGraph`: the callable `compile_graph` returns, and the namespace its wrapper runs in.
+"""`CompiledGraph`, the callable the pipeline gives; `eager_callable`, a graph on eager kernels.
 
-Takes the loaded kernel library, the rendered kernels and wrapper, and the graph's constants;
-gives the wrapper's globals (`make_namespace`: kernels, ATen ops, allocation helpers) and a
-callable object that keeps the schedule and both sources for inspection (tests assert on
-`.cpp_source`, `.wrapper_source`, `.schedule`).
+Takes what the pipeline's build pass made (the wrapper's `call`), the schedule and both sources;
+gives a callable object that keeps them for inspection (tests assert on `.kernel_source`
+— `.cpp_source` / `.triton_source` by language — `.wrapper_source` and `.schedule`).
 
-Why it exists: the generated program should stay a plain function; what it needs from kiln is
-listed here, in one dictionary, instead of being imported inside generated text.
+Why it exists: one result type for every device; a build whose kernels are still compiling in
+the background hands over a `FirstCall`, and the compiled graph swaps in the plain call after
+the first one has waited for them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 
-from ..runtime import native
 from ..schedule import Schedule
-from ..schedule.arena import new_block as _new_arena
-from .bindings import fast_externs
 
 
-def _empty(size, stride, dtype):
-    return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
+@dataclass(frozen=True)
+class FirstCall:
+    """A built `call` whose first run must wait for `finish()` (kernels still compiling)."""
 
-
-def _fix_input(t: torch.Tensor, name: str, size, stride) -> torch.Tensor:
-    """An input whose strides differ from the compiled ones is copied into those strides."""
-    if tuple(t.shape) != tuple(size):
-        raise RuntimeError(
-            f"kiln: input {name} has shape {tuple(t.shape)}, but this graph was compiled for "
-            f"{tuple(size)}; recompile for the new shape."
-        )
-    if t.device.type != "cpu":
-        raise RuntimeError(f"kiln: input {name} is on {t.device}; this graph runs on the CPU")
-    out = torch.empty_strided(size, stride, dtype=t.dtype, device="cpu")
-    out.copy_(t)
-    return out
-
-
-def make_namespace(lib, module, wrapper, constants: dict) -> dict:
-    ns: dict = {
-        "torch": torch,
-        "_empty": _empty,
-        "_as_strided": native.as_strided(),
-        "_fix_input": _fix_input,
-        "_new_arena": _new_arena,
-        "_arenas": [],  # this graph's arenas between calls (schedule/arena.py)
-    }
-    for k in module.kernels:
-        ns[k.name] = getattr(lib, k.name)
-    ns.update(fast_externs(wrapper.externs))
-    ns.update(constants)
-    return ns
+    finish: Callable[[], None]
+    call: Callable
 
 
 class CompiledGraph:
-    def __init__(self, fn, sched: Schedule, cpp_source: str, wrapper_source: str, seconds: float):
-        self._fn = fn
+    def __init__(
+        self,
+        fn,
+        sched: Schedule,
+        kernel_source: str,
+        wrapper_source: str,
+        seconds: float,
+        device: str = "cpu",
+        kernel_language: str = "C++",
+    ):
+        self._fn = self._first(fn) if isinstance(fn, FirstCall) else fn
         self.schedule = sched
-        self.cpp_source = cpp_source
+        self.kernel_source = kernel_source
         self.wrapper_source = wrapper_source
         self.compile_seconds = seconds
+        self.device = device
+        self.kernel_language = kernel_language
 
     _boxed_call = True  # the wrapper takes one list of inputs and empties it
+
+    def _first(self, pending: FirstCall):
+        def first(args):
+            pending.finish()
+            self._fn = pending.call
+            return pending.call(args)
+
+        return first
 
     def __call__(self, *args):
         """`compiled([x, y])` (boxed: the list is emptied, so inputs die inside the graph)
@@ -71,11 +64,35 @@ class CompiledGraph:
         return self._fn(list(args))
 
     @property
+    def cpp_source(self) -> str:
+        return self._source("C++")
+
+    @property
+    def triton_source(self) -> str:
+        return self._source("Triton")
+
+    def _source(self, language: str) -> str:
+        if self.kernel_language != language:
+            raise AttributeError(f"this graph's kernels are {self.kernel_language}, not {language}")
+        return self.kernel_source
+
+    @property
     def kernel_count(self) -> int:
         return len(self.schedule.kernels)
 
     def __repr__(self) -> str:
         return (
-            f"<kiln CompiledGraph: {self.kernel_count} kernels, "
-            f"compiled in {self.compile_seconds:.3f}s>"
+            f"<kiln CompiledGraph ({self.device}, {self.kernel_language}): {self.kernel_count} "
+            f"kernels, compiled in {self.compile_seconds:.3f}s>"
         )
+
+
+def eager_callable(gm: torch.fx.GraphModule):
+    """The graph on eager ATen kernels, with the compiled callables' flat-tuple contract: what
+    a caller runs when the pipeline declines a graph."""
+
+    def run(*args):
+        out = gm(*args)
+        return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+
+    return run

@@ -31,16 +31,6 @@ from ..lower.ir import (
 )
 from ..schedule import Alias, Alloc, ExternCall, Free, Kernel, Schedule
 
-_aten = torch.ops.aten
-# Extern calls the C++ wrapper makes with `out=` into a buffer the memory plan gives (and may
-# reuse): the schedule is told which ones (`schedule(..., out_externs=...)`).
-OUT_VARIANTS = {
-    _aten.mm.default: _aten.mm.out,
-    _aten.addmm.default: _aten.addmm.out,
-    _aten.bmm.default: _aten.bmm.out,
-    _aten.baddbmm.default: _aten.baddbmm.out,
-}
-
 
 @dataclass(frozen=True)
 class WrapperProgram:
@@ -113,20 +103,13 @@ def indexed_by_layout(sched: Schedule, nodes: dict, kernel_params) -> set[str]:
     return read | {nodes[s.name].base for s in sched.steps if isinstance(s, Alias)}
 
 
-def checked_input_names(gm, inputs) -> frozenset:
-    """The wrapper inputs (`argN`) whose layouts the caller's guards check on every call
-    (`gm.meta["kiln_checked_inputs"]`, set for forward graphs of captured code): the wrapper
-    skips its own check of those. A ResNet-50 passes 268 tensors; each check cost ~1 us."""
-    positions = getattr(gm, "meta", {}).get("kiln_checked_inputs", ())
-    return frozenset(inputs[k] for k in positions if k < len(inputs))
-
-
 def input_checks(
     inputs, nodes: dict, checked=frozenset(), device: bool = False, host=frozenset()
 ) -> list[str]:
     """Lines checking each input's shape and strides (and, `device`, that it is on the graph's
     device), copying a differently strided one into place; inputs in `checked` are left to
-    the caller's guards, with a comment saying how many; inputs in `host` stay on whatever
+    the caller's guards (capture's checks of the tensors it passes: a ResNet-50 passes 268,
+    and each check cost ~1 us), with a comment saying how many; inputs in `host` stay on whatever
     device they come on (scalars only extern calls read, see triton/wrapper.py)."""
     n = sum(name in checked for name in inputs)
     lines = [f"    # {n} inputs' layouts are checked by capture's guards, not here"] if n else []
@@ -145,8 +128,13 @@ def input_checks(
 
 
 def render_wrapper(
-    sched: Schedule, kernel_params: dict[str, tuple[str, ...]], checked=frozenset()
+    sched: Schedule,
+    kernel_params: dict[str, tuple[str, ...]],
+    checked=frozenset(),
+    out_variants=None,
 ) -> WrapperProgram:
+    """The C++ device's wrapper. `out_variants`: the device's `Capabilities.out_variants`, the
+    extern ops called with `out=` into the buffer the memory plan gave them."""
     graph = sched.graph
     nodes = graph.node_map()
     lines = boxed_header(graph.inputs) + input_checks(graph.inputs, nodes, checked)
@@ -178,7 +166,7 @@ def render_wrapper(
         elif isinstance(step, ExternCall):
             node = nodes[step.name]
             into = node.name in allocated  # the plan gave it a buffer: call the out= variant
-            target = OUT_VARIANTS[node.target] if into else node.target
+            target = out_variants[node.target] if into else node.target
             fn = _extern_name(target)
             externs[fn] = target
             args = [_arg(a) for a in node.args] + [f"{k}={_arg(v)}" for k, v in node.kwargs]
@@ -252,7 +240,3 @@ def _alias(view: View, nodes: dict) -> str:
     if rel == 0:  # torch.as_strided keeps the base's own storage offset when given none
         return head + ")"
     return head + f", {view.base}.storage_offset() + {rel})"
-
-
-def _size_of(node) -> tuple:
-    return tuple(node_size(node))

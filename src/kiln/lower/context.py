@@ -20,6 +20,7 @@ from typing import Callable
 import sympy
 import torch
 
+from ..devices import LOOP_DTYPES
 from . import ops
 from .indexing import index_vars, to_sym
 from .ir import (
@@ -36,32 +37,22 @@ from .ir import (
 )
 from .registry import Unsupported
 
-SUPPORTED_DTYPES = (
-    torch.float32,
-    torch.float64,
-    torch.float16,
-    torch.bfloat16,
-    torch.int64,
-    torch.int32,
-    torch.int16,
-    torch.int8,
-    torch.uint8,
-    torch.bool,
-)
-
-
-# Device types whose renderer can read memory at an index loaded from memory (`Indirect`):
-# C++ binds each to a clamped int64 variable. Triton's renderer cannot yet, so CUDA graphs keep
-# gather/embedding/index as extern calls.
-INDIRECT_LOAD_DEVICES = frozenset({"cpu"})
-
 
 class LoweringContext:
-    def __init__(self, *, device: torch.device | None = None, indirect_loads: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        device: torch.device | None = None,
+        indirect_loads: bool = False,
+        dtypes: frozenset = LOOP_DTYPES,
+    ) -> None:
         # The graph's device: kernels run there and the wrapper allocates their buffers there.
         self.device = device if device is not None else torch.device("cpu")
         self.elsewhere: dict[str, torch.device] = {}  # extern outputs on another device
-        self.indirect_loads = indirect_loads  # may lowerings emit `Indirect` index terms
+        # The device's capabilities (devices.Capabilities): may lowerings emit `Indirect` index
+        # terms (loads at indices read from memory), and which dtypes kernels may touch.
+        self.indirect_loads = indirect_loads
+        self.dtypes = dtypes
         self.checks: dict = {}  # (index buffer, size, wrap) -> its bounds check (indirect.py)
         self.nodes: dict[str, Node] = {}
         self._ids = itertools.count()

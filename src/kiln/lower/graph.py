@@ -1,10 +1,11 @@
 """Lower a functional ATen FX graph to a `LoopGraph`.
 
 Takes a `torch.fx.GraphModule` whose call nodes target `torch.ops.aten` overloads (what
-`make_fx` gives) and its example inputs; gives a `LoopGraph`: one `Input` per placeholder, a
-`Constant` per tensor attribute, and the nodes each lowering added; a call that repeats an
-earlier one (cse.py) is lowered once and named twice. An op with no lowering, with a dtype the
-C++ renderer lacks, with an output off the graph's device, or whose lowering declines
+`make_fx` gives, after the device's ATen rewrites), its example inputs and the device's
+`Capabilities`; gives a `LoopGraph`: one `Input` per placeholder, a `Constant` per tensor
+attribute, and the nodes each lowering added. Only layouts are read (sizes, strides, dtypes,
+devices), so the inputs may live on any device. An op with no lowering, with a dtype the
+device's kernels lack, with an output off the graph's device, or whose lowering declines
 (`Unsupported`), becomes an `Extern` — always correct, never fused — and is counted under
 `KILN_LOGS=perf_hints`.
 
@@ -19,9 +20,9 @@ import operator
 import torch
 
 from .. import logs, trace
-from .context import INDIRECT_LOAD_DEVICES, SUPPORTED_DTYPES, LoweringContext
-from .conv_layout import channels_last_convolutions
-from .cse import common_subexpressions
+from ..devices import Capabilities
+from ..rewrites.meta import ensure_meta
+from .context import LoweringContext
 from .ir import BufRef, Constant, Extern, ExternItem, Input, Layout, LoopGraph, buf_refs
 from .layouts import store_in_eager_order
 from .registry import Unsupported, lowering_for
@@ -31,7 +32,12 @@ EXTERN_COUNTS: collections.Counter = collections.Counter()
 
 
 class GraphUnsupported(Exception):
-    """The whole graph cannot go through the C++ path (caller runs it eagerly); says why."""
+    """The whole graph cannot be compiled (the caller runs it eagerly); says why."""
+
+
+# What `lower_graph` assumes when no device's capabilities are given (tests, tools): every loop
+# dtype and indirect loads, as the cpu device has.
+DEFAULT_CAPABILITIES = Capabilities(indirect_loads=True)
 
 
 def _layout(t: torch.Tensor) -> Layout:
@@ -39,22 +45,6 @@ def _layout(t: torch.Tensor) -> Layout:
         if not isinstance(s, int):
             raise GraphUnsupported("symbolic (dynamic) sizes are not supported by codegen yet")
     return Layout(tuple(t.shape), tuple(t.stride()), t.dtype, int(t.storage_offset()))
-
-
-def ensure_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
-    """Every node's `val` (fake output), propagated from `example_inputs` if any is missing. A
-    node whose result is not a tensor (an assertion returning None) gets `val = None`, so a
-    second call finds nothing missing and does not propagate again (codegen/triton propagates
-    on the real device first, then lowers on CPU stand-ins, where device arguments such as
-    `arange(..., device="cuda")` would mix)."""
-    nodes = [n for n in gm.graph.nodes if n.op in ("call_function", "placeholder")]
-    if any("val" not in n.meta for n in nodes):
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
-        FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
-    for n in nodes:
-        n.meta.setdefault("val", None)
 
 
 def _map_args(value, env):
@@ -79,8 +69,8 @@ def _why_extern(ctx: LoweringContext, target, args, kwargs, val) -> str | None:
     for o in outs:
         if o is not None and not isinstance(o, torch.Tensor):
             return "returns a non-tensor value"
-        if isinstance(o, torch.Tensor) and o.dtype not in SUPPORTED_DTYPES:
-            return f"output dtype {o.dtype} has no C++ lowering"
+        if isinstance(o, torch.Tensor) and o.dtype not in ctx.dtypes:
+            return f"output dtype {o.dtype} has no kernel on this device"
         if isinstance(o, torch.Tensor) and not ctx.on_graph_device(o.device):
             # kernels write buffers the wrapper allocates on the graph's device
             return f"output on {o.device}, not the graph's device {ctx.device}"
@@ -89,8 +79,8 @@ def _why_extern(ctx: LoweringContext, target, args, kwargs, val) -> str | None:
         if isinstance(node, (Extern,)) and node.layouts[0] is None:
             return "an argument is a value only known at run time"
         dtype = getattr(node, "dtype", None) or node.layout.dtype
-        if dtype not in SUPPORTED_DTYPES:
-            return f"input dtype {dtype} has no C++ lowering"
+        if dtype not in ctx.dtypes:
+            return f"input dtype {dtype} has no kernel on this device"
     return None
 
 
@@ -116,8 +106,8 @@ def _extern(ctx: LoweringContext, target, args, kwargs, val, reason: str):
 
 
 def graph_device(gm: torch.fx.GraphModule, example_inputs) -> torch.device:
-    """The device a graph's tensors live on. Placeholders' `val` first: a GPU graph reaches
-    lower/ with CPU stand-ins for its inputs (codegen/triton), but its metadata is the GPU's."""
+    """The device a graph's tensors live on: that of its first tensor not on the CPU (a CPU
+    scalar beside GPU tensors is copied over), else the CPU."""
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     for t in vals + list(example_inputs):
         if isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta"):
@@ -125,25 +115,15 @@ def graph_device(gm: torch.fx.GraphModule, example_inputs) -> torch.device:
     return torch.device("cpu")
 
 
-def graph_device_type(gm: torch.fx.GraphModule, example_inputs) -> str:
-    return graph_device(gm, example_inputs).type
-
-
 @trace.timed("lower")
 def lower_graph(
-    gm: torch.fx.GraphModule, example_inputs, *, indirect_loads: bool | None = None
+    gm: torch.fx.GraphModule, example_inputs, capabilities: Capabilities | None = None
 ) -> LoopGraph:
-    """`indirect_loads`: may gather/embedding/index lower to loads at indices read from memory
-    (the target renderer must support `Indirect`); None decides by the graph's device
-    (`INDIRECT_LOAD_DEVICES`)."""
+    """The loop IR of `gm` (module doc) for a device with `capabilities`."""
+    caps = capabilities if capabilities is not None else DEFAULT_CAPABILITIES
     ensure_meta(gm, example_inputs)
     device = graph_device(gm, example_inputs)
-    if device.type == "cpu":
-        channels_last_convolutions(gm, example_inputs)
-    if indirect_loads is None:
-        indirect_loads = device.type in INDIRECT_LOAD_DEVICES
-    repeats = common_subexpressions(gm.graph)
-    ctx = LoweringContext(device=device, indirect_loads=indirect_loads)
+    ctx = LoweringContext(device=device, indirect_loads=caps.indirect_loads, dtypes=caps.dtypes)
     env: dict[torch.fx.Node, object] = {}
     inputs: list[str] = []
     constants: dict[str, torch.Tensor] = {}
@@ -152,21 +132,17 @@ def lower_graph(
         raise GraphUnsupported("graph placeholders and example inputs differ in number")
     outputs: tuple = ()
     for node in gm.graph.nodes:
-        if node in repeats:
-            env[node] = env[repeats[node]]
-        elif node.op == "placeholder":
+        if node.op == "placeholder":
             example = example_inputs[len(inputs)]
             if not isinstance(example, torch.Tensor):
                 raise GraphUnsupported(f"input {node.name} is not a tensor")
-            if example.device.type != "cpu":
-                raise GraphUnsupported(f"input {node.name} is on {example.device}, not the CPU")
             name = f"arg{len(inputs)}"
             env[node] = ctx.add(Input(name, _layout(example)))
             inputs.append(name)
         elif node.op == "get_attr":
             tensor = getattr(gm, node.target)
-            if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
-                raise GraphUnsupported(f"attribute {node.target} is not a CPU tensor")
+            if not isinstance(tensor, torch.Tensor):
+                raise GraphUnsupported(f"attribute {node.target} is not a tensor")
             name = ctx.fresh("const")
             constants[name] = tensor
             env[node] = ctx.add(Constant(name, _layout(tensor)))

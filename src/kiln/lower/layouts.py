@@ -65,14 +65,3 @@ def store_in_eager_order(ctx, ref, val) -> object:
     ctx.nodes[node.name] = stored
     index = tuple(logical[d] for d in order)  # stored dimension k holds logical order[k]
     return ctx.add(View(ctx.fresh("view"), node.name, tuple(node.size), node.dtype, index))
-
-
-def empty_with_layout(t: torch.Tensor, device=None) -> torch.Tensor:
-    """An uninitialised tensor with `t`'s sizes, strides, storage offset and dtype, on `device`
-    (default: `t`'s), over a storage just long enough for them. Made inside a fake mode it is
-    a fake tensor; on the CPU its untouched pages cost nothing. (codegen/triton lowers a GPU
-    graph on CPU stand-ins; codegen/pad_mm re-fakes values it propagates anew.)"""
-    numel = t.numel()
-    span = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1
-    base = torch.empty(max(span, 1) if numel else 0, dtype=t.dtype, device=device or t.device)
-    return base.as_strided(t.shape, t.stride(), t.storage_offset() if numel else 0)

@@ -27,8 +27,8 @@ import time
 
 import torch
 
-from .. import __version__ as kiln_version
 from .. import options, trace
+from ..version import __version__ as kiln_version
 from .cache import open_cache
 
 FLAGS = (

@@ -22,8 +22,8 @@ previous replay has not run yet (its saved activations live in the graph's buffe
 `kiln.mark_step_begin()` was called in between.
 
 `DeviceGraphs` is the device-neutral interface (pool, warm-up, capture, replay); `CudaGraphs`,
-over `torch.cuda.CUDAGraph`, is the one implementation. Another device registers its own in
-`IMPLEMENTATIONS`.
+over `torch.cuda.CUDAGraph`, is the one implementation (`CUDA_GRAPHS`, the cuda device's graph
+runner). Another device names its own as `Device.graph_runner` (kiln.devices).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import logs
+from ..devices import graph_runner_for
 from . import native
 from .device_graphs_outputs import (
     Generation,
@@ -47,7 +48,7 @@ __all__ = [
     "DeviceGraphs",
     "GraphGroup",
     "GraphedCallable",
-    "IMPLEMENTATIONS",
+    "CUDA_GRAPHS",
     "mark_step_begin",
     "wrap_compilers",
 ]
@@ -106,7 +107,7 @@ def _reset_rng_after_failed_capture() -> None:
     gen.graphsafe_set_state(gen.clone_state())
 
 
-IMPLEMENTATIONS: dict[str, DeviceGraphs] = {"cuda": CudaGraphs()}
+CUDA_GRAPHS = CudaGraphs()
 
 
 class GraphGroup:
@@ -255,8 +256,11 @@ class GraphedCallable:
         if len(types) > 1:
             return None, f"its inputs are on several device types ({', '.join(sorted(types))})"
         (dev,) = types
-        if dev not in IMPLEMENTATIONS:
-            return None, f"its inputs are {dev.upper()} tensors; device graphs need a GPU"
+        if graph_runner_for(dev) is None:
+            return None, (
+                f"its inputs are {dev.upper()} tensors, and kiln's {dev} device has no device "
+                "graphs (Device.graph_runner)"
+            )
         return dev, ""
 
     # -- the call --------------------------------------------------------------------------
@@ -318,7 +322,7 @@ class GraphedCallable:
                 self.pending.discard(key)
 
     def _record(self, key: tuple, impl_name: str, args: list) -> tuple:
-        impl = IMPLEMENTATIONS[impl_name]
+        impl = graph_runner_for(impl_name)
         if key not in self.warmed:
             versions = [a._version if isinstance(a, torch.Tensor) else None for a in args]
             out = impl.warmup(lambda: self._run(args))
@@ -371,7 +375,7 @@ class GraphedCallable:
         elif dst:
             dst[0].copy_(src[0])
         del args, src
-        IMPLEMENTATIONS[impl_name].replay(rec.graph)
+        graph_runner_for(impl_name).replay(rec.graph)
         rec.generation.count += 1
         if self.pending_tracking:
             self.pending.add(key)

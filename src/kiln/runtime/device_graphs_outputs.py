@@ -94,9 +94,3 @@ class GraphOutput(torch.Tensor):
         _check(tuple(kwargs.values()))
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
-
-
-def is_valid(t: torch.Tensor) -> bool:
-    """False for a `GraphOutput` that a later replay has overwritten; True otherwise."""
-    gen = getattr(t, "_kiln_generation", None)
-    return gen is None or gen.count == t._kiln_count

@@ -26,6 +26,7 @@ processes and Triton's compiler, nothing about kernels.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -35,8 +36,8 @@ from typing import Callable
 
 import torch
 
-from .. import __version__ as kiln_version
 from .. import logs, options, trace
+from ..version import __version__ as kiln_version
 from . import triton_native_launcher, triton_workers
 from .cache import open_cache
 from .triton_interpret import is_interpreting
@@ -86,10 +87,15 @@ def _import(path: str, key: str):
     sys.modules[name] = module  # Triton resolves a kernel's globals through its module
     spec.loader.exec_module(module)
     if is_interpreting():
-        from .triton_interpret import libdevice
-
-        module.libdevice = libdevice
+        module.libdevice = _interpreter_libdevice()
     return module
+
+
+@functools.lru_cache(maxsize=None)
+def _interpreter_libdevice():
+    from .triton_interpret import make_libdevice
+
+    return make_libdevice()
 
 
 @trace.timed("build")

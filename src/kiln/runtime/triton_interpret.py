@@ -16,76 +16,74 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-import numpy as np
 
+def make_libdevice() -> SimpleNamespace:
+    """The namespace (module doc). NumPy is imported here, not when kiln imports this module:
+    NumPy is Triton's interpreter's dependency, not kiln's."""
+    import numpy as np
 
-def _tensor_parts():
-    import triton.language as tl
-    from triton.runtime.interpreter import TensorHandle
+    def _tensor_parts():
+        import triton.language as tl
+        from triton.runtime.interpreter import TensorHandle
 
-    return tl, TensorHandle
+        return tl, TensorHandle
 
+    def _apply(np_fn, *args):
+        tl, TensorHandle = _tensor_parts()
+        like = next(a for a in args if isinstance(a, tl.core.tensor))
+        datas = [a.handle.data if isinstance(a, tl.core.tensor) else a for a in args]
+        dtype = like.handle.data.dtype
+        with np.errstate(all="ignore"):
+            out = np.asarray(np_fn(*datas)).astype(dtype)
+        scalar = like.type.scalar
+        ty = tl.core.block_type(scalar, list(out.shape)) if out.shape else scalar
+        return tl.core.tensor(TensorHandle(out, scalar), ty)
 
-def _apply(np_fn, *args):
-    tl, TensorHandle = _tensor_parts()
-    like = next(a for a in args if isinstance(a, tl.core.tensor))
-    datas = [a.handle.data if isinstance(a, tl.core.tensor) else a for a in args]
-    dtype = like.handle.data.dtype
-    with np.errstate(all="ignore"):
-        out = np.asarray(np_fn(*datas)).astype(dtype)
-    scalar = like.type.scalar
-    ty = tl.core.block_type(scalar, list(out.shape)) if out.shape else scalar
-    return tl.core.tensor(TensorHandle(out, scalar), ty)
+    def _unary(np_fn):
+        return lambda x, **_: _apply(np_fn, x)
 
+    def _binary(np_fn):
+        return lambda x, y, **_: _apply(np_fn, x, y)
 
-def _unary(np_fn):
-    return lambda x, **_: _apply(np_fn, x)
+    def _vectorized(fn):
+        return np.vectorize(fn, otypes=[np.float64])
 
+    def _lgamma(v: float) -> float:
+        try:
+            return math.lgamma(v)
+        except (ValueError, OverflowError):  # poles at 0, -1, -2, ...
+            return math.inf
 
-def _binary(np_fn):
-    return lambda x, y, **_: _apply(np_fn, x, y)
+    def _signbit(x):
+        return np.signbit(x).astype(np.int32)
 
+    libdevice = SimpleNamespace(
+        expm1=_unary(np.expm1),
+        log10=_unary(np.log10),
+        log1p=_unary(np.log1p),
+        tan=_unary(np.tan),
+        asin=_unary(np.arcsin),
+        acos=_unary(np.arccos),
+        atan=_unary(np.arctan),
+        sinh=_unary(np.sinh),
+        cosh=_unary(np.cosh),
+        tanh=_unary(np.tanh),
+        asinh=_unary(np.arcsinh),
+        acosh=_unary(np.arccosh),
+        atanh=_unary(np.arctanh),
+        erfc=_unary(_vectorized(math.erfc)),
+        lgamma=_unary(_vectorized(_lgamma)),
+        nearbyint=_unary(np.rint),
+        trunc=_unary(np.trunc),
+        signbit=_unary(_signbit),
+        fmod=_binary(np.fmod),
+        pow=_binary(np.power),
+        atan2=_binary(np.arctan2),
+        hypot=_binary(np.hypot),
+        copysign=_binary(np.copysign),
+    )
 
-def _vectorized(fn):
-    return np.vectorize(fn, otypes=[np.float64])
-
-
-def _lgamma(v: float) -> float:
-    try:
-        return math.lgamma(v)
-    except (ValueError, OverflowError):  # poles at 0, -1, -2, ...
-        return math.inf
-
-
-def _signbit(x):
-    return np.signbit(x).astype(np.int32)
-
-
-libdevice = SimpleNamespace(
-    expm1=_unary(np.expm1),
-    log10=_unary(np.log10),
-    log1p=_unary(np.log1p),
-    tan=_unary(np.tan),
-    asin=_unary(np.arcsin),
-    acos=_unary(np.arccos),
-    atan=_unary(np.arctan),
-    sinh=_unary(np.sinh),
-    cosh=_unary(np.cosh),
-    tanh=_unary(np.tanh),
-    asinh=_unary(np.arcsinh),
-    acosh=_unary(np.arccosh),
-    atanh=_unary(np.arctanh),
-    erfc=_unary(_vectorized(math.erfc)),
-    lgamma=_unary(_vectorized(_lgamma)),
-    nearbyint=_unary(np.rint),
-    trunc=_unary(np.trunc),
-    signbit=_unary(_signbit),
-    fmod=_binary(np.fmod),
-    pow=_binary(np.power),
-    atan2=_binary(np.arctan2),
-    hypot=_binary(np.hypot),
-    copysign=_binary(np.copysign),
-)
+    return libdevice
 
 
 def is_interpreting() -> bool:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from .. import logs
 from ..lower.indexing import index_vars, memory_steps, reduce_vars
-from ..lower.ir import Extern, ExternItem, Load, LoopGraph, Pointwise, Reduction, loads
+from ..lower.ir import Extern, ExternItem, LoopGraph, Pointwise, Reduction, loads
 from .fuel import Fuel
 
 # A pointwise kernel of its own splits so that each row has at least this many elements.
@@ -279,7 +279,3 @@ def _mark_locals(steps, graph: LoopGraph):
             step = Kernel(step.name, step.outer, step.inner, step.members, local)
         out.append(step)
     return out
-
-
-def kernel_loads(kernel: Kernel, nodes: dict) -> list[Load]:
-    return [ld for m in kernel.members for ld in loads(nodes[m.name].body)]

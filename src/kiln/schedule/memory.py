@@ -27,8 +27,6 @@ from ..lower.ir import (
     Extern,
     ExternItem,
     LoopGraph,
-    Pointwise,
-    Reduction,
     View,
     buf_refs,
     contiguous_strides,
@@ -229,10 +227,6 @@ def viewed_by_externs(graph: LoopGraph, owner: dict) -> set[str]:
         ):
             out.update(owner.get(r.name, r.name) for r in buf_refs((n.args, n.kwargs)))
     return out
-
-
-def is_computed(node) -> bool:
-    return isinstance(node, (Pointwise, Reduction))
 
 
 __all__ = ["Alias", "Alloc", "ExternCall", "Extern", "Free", "Kernel", "plan_memory"]

@@ -18,8 +18,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from tr_helpers import check, require_interpreter
 
-from kiln.codegen.triton import _lower_on_any_device, render_module, render_wrapper
-from kiln.codegen.triton import compile_graph_strict as triton_compile
+from kiln.codegen import compile_graph_strict
+from kiln.codegen.triton import render_module, render_wrapper
+from kiln.devices.builtin import CUDA
+from kiln.lower import lower_graph
 from kiln.schedule import schedule
 
 
@@ -89,7 +91,7 @@ def test_dropout_twice_gives_two_masks():
 
     x = torch.randn(64, 64)
     gm = make_fx(torch.func.functionalize(fn, remove="mutations_and_views"))(x)
-    c = triton_compile(gm, [x])
+    c = compile_graph_strict(gm, [x], "cuda")
     for arg in (x, torch.randn(64, 64)):
         a, b = c(arg)
         for out in (a, b):  # each a dropout of arg: zeros or 2 * arg, both kinds present
@@ -121,7 +123,7 @@ def test_factories_on_a_cuda_graphs_device_leave_no_call_in_its_wrapper():
     with FakeTensorMode(allow_non_fake_inputs=True):
         x = torch.empty(2, 8, 8, device="cuda")
     gm = make_fx(fn, tracing_mode="fake")(x)
-    sched = schedule(_lower_on_any_device(gm, [x]))
+    sched = schedule(lower_graph(gm, [x], CUDA.capabilities))
     module = render_module(sched)
     wrapper = render_wrapper(sched, {k.name: k for k in module.kernels}).source
     # the CPU scalar is a graph output: only ATen makes it where eager does

@@ -14,8 +14,6 @@ import torch
 import torch.nn.functional as F
 from tr_helpers import check, compile_fn, kernel_count, kernel_source, require_interpreter
 
-from kiln.codegen import devices
-
 pytestmark = pytest.mark.usefixtures("_interpreter")
 
 
@@ -117,35 +115,6 @@ def test_builder_caches_source_on_disk_and_in_memory(tmp_path, monkeypatch):
     triton_builder._loaded.clear()  # a new process: the file on disk is reused
     check(fn, x)
     assert triton_builder.STATS["disk_hits"] == before["disk_hits"] + 1
-
-
-def test_device_registry_routes_by_device():
-    x = torch.randn(3)
-    assert devices.device_type([x, 2.0]) == "cpu"
-    assert devices.device_type([x, torch.empty(2, device="meta")]) == "cpu"
-    assert devices.DEVICES["cuda"].compiler == "kiln.codegen.triton:compile_graph"
-    from kiln.codegen import compile_graph as cpp_compile_graph
-    from kiln.codegen.triton import compile_graph as triton_compile_graph
-
-    assert devices.compiler_for("cuda") is triton_compile_graph
-    assert devices.compiler_for("cpu") is cpp_compile_graph
-    assert devices.compiler_for("xla") is None
-    with pytest.raises(ValueError):
-        devices.register_device("not_a_device", "kiln.codegen:compile_graph")
-    with pytest.raises(ValueError):
-        devices.register_device("cuda", "no_colon")
-
-
-def test_unknown_device_runs_eagerly():
-    gm = torch.fx.symbolic_trace(lambda x: x + 1)
-    saved = dict(devices.DEVICES)
-    try:
-        del devices.DEVICES["cpu"]
-        out = devices.compile_graph(gm, [torch.ones(2)])(torch.ones(2))
-        torch.testing.assert_close(out[0], torch.full((2,), 2.0))
-    finally:
-        devices.DEVICES.clear()
-        devices.DEVICES.update(saved)
 
 
 def test_options_fuel_zero_gives_one_kernel_per_node():

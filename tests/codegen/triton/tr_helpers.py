@@ -1,9 +1,9 @@
 """Helpers for the Triton tests: skip without Triton, compile a function, compare with eager.
 
 `check(fn, *example_inputs)` traces `fn` with `make_fx`, compiles it with
-`kiln.codegen.triton.compile_graph_strict`, runs it on the example inputs and on fresh random
-inputs of the same shapes, dtypes and strides, and compares every output with eager `fn`
-(`assert_matches_eager`). It returns the compiled graph, so a test can also assert on the
+`kiln.codegen.compile_graph_strict` for the cuda device, runs it on the example inputs and on
+fresh random inputs of the same shapes, dtypes and strides, and compares every output with
+eager `fn` (`assert_matches_eager`). It returns the compiled graph, so a test can also assert on the
 generated kernels (`.triton_source`) and wrapper (`.wrapper_source`).
 
 How outputs are compared (`assert_matches_eager`), in the way mature compilers test fusions:
@@ -92,10 +92,10 @@ def fresh_like(t: torch.Tensor) -> torch.Tensor:
 
 
 def compile_fn(fn, *inputs, options=None):
-    from kiln.codegen.triton import compile_graph_strict
+    from kiln.codegen import compile_graph_strict
 
     gm = make_fx(fn)(*inputs)
-    return compile_graph_strict(gm, list(inputs), options=options)
+    return compile_graph_strict(gm, list(inputs), "cuda", options=options)
 
 
 FACTOR = 2.0  # kiln's error may be this many times eager's (against the float64 reference)

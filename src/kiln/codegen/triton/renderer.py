@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
 
 import torch
 
@@ -34,6 +33,7 @@ from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, reind
 from ...schedule import Kernel, Schedule
 from .heuristics import Plan, plan
 from .indexing import RINDEX, XINDEX, YINDEX, bind, extent, mask_for, store_index, tl_str
+from .kernel import TritonKernel, TritonModule
 from .ops import (
     BITS,
     HALF_TYPES,
@@ -48,26 +48,6 @@ from .ops import (
     store_cast,
 )
 from .split import render_finish, store_partial
-
-
-@dataclass(frozen=True)
-class TritonKernel:
-    name: str
-    params: tuple[str, ...]  # buffer names, in argument order
-    plan: Plan
-    source: str
-    # a split reduction (split.py): scratch buffers (name, size, dtype) the wrapper allocates
-    # around the launch, and the kernel that adds their partials, launched right after
-    workspaces: tuple = ()
-    finish: TritonKernel | None = None
-
-
-@dataclass(frozen=True)
-class TritonModule:
-    kernels: tuple[TritonKernel, ...]
-    source: str
-    # kernel -> the earlier kernel whose code it is, bar names (defined once, compiled once)
-    same_as: dict = field(default_factory=dict)
 
 
 class _KernelContext:

@@ -21,6 +21,7 @@ import torch
 from ...lower.indexing import index_vars
 from .heuristics import Plan, next_pow2, warps_for
 from .indexing import XINDEX, store_index, tl_str
+from .kernel import TritonKernel
 from .ops import HALF_TYPES, store_cast
 
 # elements of partials one program of `<kernel>_sum` adds: its outputs x the split
@@ -50,8 +51,6 @@ def store_partial(ctx, node, var: str) -> None:
 
 def render_finish(kernel_name: str, workspaces: list, nodes: dict, p: Plan):
     """The kernel that adds the partials of each sum of `kernel_name` (see the module doc)."""
-    from .renderer import TritonKernel
-
     name = f"{kernel_name}_sum"
     sp = next_pow2(p.split)
     xb = max(1, min(FINISH_ELEMENTS // sp, next_pow2(p.xnumel)))

@@ -1,10 +1,10 @@
 """Channels-last convolutions: a graph pass on the ATen graph, before lowering.
 
-Takes an ATen `GraphModule` with its example inputs (CPU: `lower_graph` runs it; CUDA: the
-Triton path runs it on the real device, before lowering on CPU stand-ins); gives the same graph
-(changed in place) where every 2-D convolution reads a channels-last input: a `clone(memory_format=
-channels_last)` goes in front of a convolution whose input is not channels-last already, and
-fake tensors are propagated again, so the convolution's output and the batch norms, ReLUs and
+Takes an ATen `GraphModule` with its example inputs (both built-in devices list it); gives the
+same graph (changed in place) where every 2-D convolution reads a channels-last input: a
+`clone(memory_format=channels_last)` goes in front of a convolution whose input is not
+channels-last already, and fake tensors are propagated again, so the convolution's output and
+the batch norms, ReLUs and
 residual adds after it are channels-last too (eager's own memory-format rules), and the next
 convolution's input is channels-last without a copy. `layouts.py` then stores each of those
 results in that order. The weights stay as they are (oneDNN reorders them itself, at no
@@ -25,6 +25,9 @@ optimization).
 from __future__ import annotations
 
 import torch
+
+from . import rewrite
+from .meta import ensure_meta
 
 aten = torch.ops.aten
 _CL = torch.channels_last
@@ -53,22 +56,20 @@ def _output_strides(gm: torch.fx.GraphModule) -> list:
 
 
 def _propagate(gm: torch.fx.GraphModule, example_inputs) -> None:
-    from .graph import ensure_meta
-
     for n in gm.graph.nodes:
         n.meta.pop("val", None)
     ensure_meta(gm, example_inputs)
 
 
-def channels_last_convolutions(gm: torch.fx.GraphModule, example_inputs) -> bool:
-    """Make `gm`'s convolutions read channels-last inputs (see the module doc); True if the
-    graph changed."""
+@rewrite("channels_last_convolutions")
+def channels_last_convolutions(gm: torch.fx.GraphModule, example_inputs) -> int:
+    """Make 2-D convolutions read channels-last inputs (module doc); 1 if the graph changed."""
     graph = gm.graph
     if any(n.target is aten.convolution_backward.default for n in graph.nodes):
-        return False
+        return 0
     convs = [n for n in graph.nodes if _wants_channels_last(n)]
     if not convs:
-        return False
+        return 0
     before = _output_strides(gm)
     clones = []
     for conv in convs:
@@ -82,10 +83,10 @@ def channels_last_convolutions(gm: torch.fx.GraphModule, example_inputs) -> bool
             clone.replace_all_uses_with(clone.args[0])
             graph.erase_node(clone)
         _propagate(gm, example_inputs)
-        return False
+        return 0
     for clone in clones:  # the input is channels-last already: no copy needed
         if clone.args[0].meta["val"].is_contiguous(memory_format=_CL):
             clone.replace_all_uses_with(clone.args[0])
             graph.erase_node(clone)
     gm.recompile()
-    return True
+    return 1

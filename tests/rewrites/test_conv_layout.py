@@ -5,17 +5,12 @@ strides, and results match eager on fresh random inputs.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
+from cg_helpers import check  # noqa: E402  (tests/rewrites/conftest.py)
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from kiln.lower.conv_layout import channels_last_convolutions
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen"))
-from cg_helpers import check  # noqa: E402
+from kiln.rewrites.conv_layout import channels_last_convolutions
 
 
 def _block(x, w1, w2, mean, var, gamma, beta):

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import torch
 
+from . import rewrite
+
 aten = torch.ops.aten
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
-def unfuse_bias_adds(gm: torch.fx.GraphModule) -> int:
-    """Rewrite every `addmm` whose product only pointwise ops read; gives how many."""
+@rewrite("unfuse_bias_adds")
+def unfuse_bias_adds(gm: torch.fx.GraphModule, example_inputs=()) -> int:
+    """Split `addmm` into `mm` + add where only pointwise ops read the product; gives how many."""
     done = 0
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target is aten.addmm.default:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from kiln.codegen import pad_mm
+from kiln.rewrites import pad_mm
 
 aten = torch.ops.aten
 

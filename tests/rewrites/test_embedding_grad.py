@@ -12,7 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from tr_helpers import assert_matches_eager, compile_fn, require_interpreter
 
-from kiln.codegen.embedding_grad import scatter_embedding_grads
+from kiln.rewrites.embedding_grad import scatter_embedding_grads
 
 aten = torch.ops.aten
 V, D, B, T = 50, 16, 3, 20  # 60 indices into 50 rows: repeats are certain

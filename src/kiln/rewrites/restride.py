@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import torch
 
+from . import rewrite
+
 _IN_PLACE = torch.ops.aten.as_strided_.default
 _VIEW = torch.ops.aten.as_strided.default
 
 
-def functionalize_restrides(gm: torch.fx.GraphModule) -> int:
-    """Rewrite every `as_strided_` of an intermediate (module doc); gives how many."""
+@rewrite("functionalize_restrides")
+def functionalize_restrides(gm: torch.fx.GraphModule, example_inputs=()) -> int:
+    """Make in-place restrides of intermediates views (module doc); gives how many."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     count = 0
     for node in list(gm.graph.nodes):

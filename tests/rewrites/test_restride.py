@@ -8,8 +8,8 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.codegen import compile_graph_strict
-from kiln.codegen.restride import functionalize_restrides
 from kiln.lower import GraphUnsupported
+from kiln.rewrites.restride import functionalize_restrides
 
 
 def _restrided(x):

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import torch
 
+from . import rewrite
+
 aten = torch.ops.aten
 
 
-def scatter_embedding_grads(gm: torch.fx.GraphModule) -> int:
-    """Rewrite every tied embedding gradient sum and every position embedding gradient (see the
-    module doc); gives how many."""
+@rewrite("scatter_embedding_grads")
+def scatter_embedding_grads(gm: torch.fx.GraphModule, example_inputs=()) -> int:
+    """Scatter tied embedding gradients, pad position embedding gradients (module doc)."""
     done = 0
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target is aten.embedding_dense_backward.default:

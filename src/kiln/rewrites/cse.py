@@ -1,9 +1,10 @@
 """Common-subexpression elimination over a functional ATen FX graph, before lowering.
 
-Takes a `torch.fx.Graph` of `torch.ops.aten` calls (what `make_fx` gives); gives a map from
-each call node that repeats an earlier one (the same op on equal arguments, once repeats are
-replaced by what they repeat) to that earlier node. `lower_graph` lowers the earlier node once
-and lets each repeat name its result; the graph itself is left as it is.
+Takes a `torch.fx.Graph` of `torch.ops.aten` calls (what `make_fx` gives).
+`common_subexpressions` gives a map from each call node that repeats an earlier one (the same op
+on equal arguments, once repeats are replaced by what they repeat) to that earlier node; the
+rewrite `merge_repeats` points each repeat's readers at the earlier node and removes the repeat,
+so the graph computes each value once.
 
 Why it exists: a traced model repeats work that its Python code spells once per layer. HF
 GPT-2 builds the same causal mask, from the same inputs and scalars, in each of its 12 layers:
@@ -33,6 +34,7 @@ import torch
 from torch.fx import Graph, Node
 
 from .. import logs
+from . import rewrite
 
 # Leaf arguments compared by type and value (hashable, with exact equality).
 _PLAIN = (bool, int, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
@@ -66,6 +68,19 @@ def common_subexpressions(graph: Graph) -> dict[Node, Node]:
     if repeats:
         logs.log("schedule", lambda: f"common subexpressions: {_summary(repeats)}")
     return repeats
+
+
+@rewrite("merge_repeats")
+def merge_repeats(gm: torch.fx.GraphModule, example_inputs=()) -> int:
+    """Merge calls that repeat earlier equal ones (module doc); gives how many were merged."""
+    repeats = common_subexpressions(gm.graph)
+    for node, earlier in repeats.items():
+        node.replace_all_uses_with(earlier)
+    for node in reversed(list(repeats)):  # a repeat read only by later repeats goes first
+        gm.graph.erase_node(node)
+    if repeats:
+        gm.recompile()
+    return len(repeats)
 
 
 def _mergeable(node: Node) -> bool:

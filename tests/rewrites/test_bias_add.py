@@ -10,7 +10,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from kiln.codegen.bias_add import unfuse_bias_adds
+from kiln.rewrites.bias_add import unfuse_bias_adds
 
 aten = torch.ops.aten
 

@@ -1,6 +1,6 @@
-"""Common-subexpression elimination (lower/cse.py): repeats of a call merge into the first one
-before lowering, so the loop IR computes each value once; random ops, in-place graphs, graph
-outputs and scalars that only look alike (-0.0 and 0.0, 1 and 1.0) are never merged. Every
+"""Common-subexpression elimination (rewrites/cse.py, the rewrite `merge_repeats`): repeats of a
+call merge into the first one before lowering, so the loop IR computes each value once; random
+ops, in-place graphs, graph outputs and scalars that only look alike (-0.0 and 0.0, 1 and 1.0) are never merged. Every
 compiled graph is compared with eager on fresh random inputs (the C++ path).
 """
 
@@ -15,8 +15,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import kiln
 from kiln.codegen import compile_graph_strict
 from kiln.lower import lower_graph
-from kiln.lower.cse import common_subexpressions
 from kiln.lower.ir import Extern, Pointwise, Reduction
+from kiln.rewrites.cse import common_subexpressions, merge_repeats
 
 
 def _functional(fn, *inputs):
@@ -31,6 +31,12 @@ def _compiled_matches_eager(fn, *inputs):
             torch.testing.assert_close(got, want, equal_nan=True)
             assert torch.equal(got.signbit(), want.signbit())  # -0.0 is not 0.0
     return compiled
+
+
+def _merged_and_lowered(fn, *inputs):
+    gm = make_fx(fn)(*inputs)
+    merge_repeats(gm, list(inputs))
+    return lower_graph(gm, list(inputs))
 
 
 def _computed(graph) -> list:
@@ -62,7 +68,7 @@ def test_a_mask_built_in_every_layer_is_built_once_and_matches_eager():
         return (h,)
 
     x = torch.randn(2, 16, 16)
-    merged = lower_graph(make_fx(per_layer)(x), [x])
+    merged = _merged_and_lowered(per_layer, x)
     by_hand = lower_graph(make_fx(once)(x), [x])
     assert len(_computed(merged)) == len(_computed(by_hand))
     trils = [n for n in merged.nodes if str(getattr(n, "target", "")) == "aten.tril.default"]
@@ -77,7 +83,7 @@ def test_repeated_reductions_are_computed_once():
         return (a * 2 + b.sin(),)
 
     x, y = torch.randn(8, 32), torch.randn(8, 32)
-    graph = lower_graph(make_fx(fn)(x, y), [x, y])
+    graph = _merged_and_lowered(fn, x, y)
     assert sum(isinstance(n, Reduction) for n in graph.nodes) == 1
     _compiled_matches_eager(fn, x, y)
 
@@ -96,7 +102,7 @@ def test_merging_is_logged_with_the_count():
     logging.getLogger("kiln.schedule").addHandler(keep)
     kiln.set_logs("schedule")
     try:
-        lower_graph(make_fx(fn)(torch.randn(16)), [torch.randn(16)])
+        _merged_and_lowered(fn, torch.randn(16))
     finally:
         kiln.set_logs()
         logging.getLogger("kiln.schedule").removeHandler(keep)

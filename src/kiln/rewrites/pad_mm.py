@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ..lower.graph import ensure_meta
-from ..lower.layouts import empty_with_layout
+from . import rewrite
+from .meta import ensure_meta
 
 aten = torch.ops.aten
 MIN_WORK = 1 << 30  # multiply-adds
@@ -30,8 +30,9 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _PAD = aten.constant_pad_nd.default
 
 
+@rewrite("pad_matmuls")
 def pad_matmuls(gm: torch.fx.GraphModule, example_inputs, devices=("cuda",)) -> int:
-    """Rewrite every matmul worth padding (module doc); gives how many were padded."""
+    """Pad GPU matmuls whose output rows are not 16-byte aligned (module doc); gives how many."""
     ensure_meta(gm, example_inputs)
     done = []
     for node in list(gm.graph.nodes):
@@ -150,3 +151,12 @@ def _undo(graph: torch.fx.Graph, narrow, wide) -> None:
 
 def _is(node, target) -> bool:
     return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is target
+
+
+def empty_with_layout(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor with `t`'s sizes, strides, storage offset and dtype, over a
+    storage just long enough for them; made inside a fake mode it is a fake tensor."""
+    numel = t.numel()
+    span = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1
+    base = torch.empty(max(span, 1) if numel else 0, dtype=t.dtype, device=t.device)
+    return base.as_strided(t.shape, t.stride(), t.storage_offset() if numel else 0)

@@ -1,0 +1,236 @@
+"""devices/: the device interface — what a compile target is, and the registry of them.
+
+In: nothing but torch. Out: `Device` (a frozen description of one compile target),
+`Capabilities` (what its kernels can do, read by lower/ and schedule/), `CodeGen` (the protocol
+its renderer, wrapper and builder implement), and the registry (`register_device`, `get_device`,
+`device_for`). `cpu` (C++/OpenMP, codegen/cpp) and `cuda` (Triton, codegen/triton) are the
+built-in devices; another accelerator registers its own with `kiln.register_device`, e.g.
+
+    kiln.register_device("npu", kiln.devices.Device(
+        name="npu", tensor_type="npu",
+        capabilities=kiln.devices.Capabilities(dtypes=...),
+        rewrites=("functionalize_restrides", "fake_metadata", "merge_repeats"),
+        codegen="my_npu_package.codegen:NPU_CODEGEN",
+        graph_runner="my_npu_package.graphs:NpuGraphs"))
+
+and every graph whose tensors live on `npu` goes through kiln's one pipeline
+(codegen/pipeline.py) with that device's rewrites, capabilities, renderer and builder.
+docs/architecture.md says how to write one.
+
+Code generators and graph runners are named as `"module:attribute"` and imported on first use,
+so importing kiln imports neither Triton nor any vendor package.
+
+Why it exists: adding a device is a plug-in — a value handed to one pipeline — not a third copy
+of the pipeline.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Protocol
+
+import torch
+
+# Every dtype loop IR can express; a device lists the ones its kernels read and write.
+LOOP_DTYPES = frozenset(
+    {
+        torch.float32,
+        torch.float64,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    }
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Capabilities:
+    """What a device's kernels can do; lower/ and schedule/ read it and nothing device-specific.
+
+    dtypes: tensors of other dtypes stay ATen calls (never read or written by a kernel).
+    indirect_loads: kernels may read memory at indices loaded from memory (gather, embedding,
+        index): lowerings emit `Indirect` index terms; without it those ops stay ATen calls.
+    out_variants: ATen ops (matmuls) the wrapper calls with `out=` into a buffer the memory plan
+        gives, mapped to their `.out` overloads; the plan may then reuse their outputs.
+    arena: intermediates live in one block the wrapper keeps from call to call (schedule/arena).
+    """
+
+    dtypes: frozenset = LOOP_DTYPES
+    indirect_loads: bool = False
+    out_variants: Mapping[Any, Any] = field(default_factory=lambda: MappingProxyType({}))
+    arena: bool = False
+
+
+class CodeGen(Protocol):
+    """A device's code generator: the pipeline's last three passes (render, wrap, build).
+
+    `unavailable()` says why this machine cannot build for the device (None when it can: a
+    missing compiler or package is a reason, and the graph then runs on eager kernels).
+    `start(options)` may begin slow set-up early (compile workers). `render` turns a schedule
+    into kernel source (an object with `.source` and `.kernels`), `wrap` into the wrapper
+    program (`.source`, `.externs`), and `build` gives the wrapper's `call(args: list)`.
+    """
+
+    kernel_language: str
+
+    def unavailable(self) -> str | None: ...
+
+    def start(self, options: Any) -> None: ...
+
+    def render(self, sched: Any, options: Any) -> Any: ...
+
+    def wrap(
+        self, sched: Any, kernels: Any, checked_inputs: frozenset, capabilities: Capabilities
+    ) -> Any: ...
+
+    def build(self, kernels: Any, wrapper: Any, sched: Any, example_inputs: list) -> Callable: ...
+
+
+def _load(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+@dataclass(frozen=True, eq=False)
+class Device:
+    """One compile target (see the module doc).
+
+    name: the registry key (`options={"codegen.device": name}` picks it explicitly).
+    tensor_type: the torch device type of the tensors its kernels run on ("cpu", "cuda", ...).
+    capabilities: what its kernels can do.
+    rewrites: the named ATen rewrites (kiln/rewrites) run before lowering, in order.
+    codegen: a `CodeGen`, or its "module:attribute".
+    graph_runner: its device graphs (runtime/device_graphs.DeviceGraphs), or their
+        "module:attribute"; None when the device has none (reduce-overhead then runs the
+        compiled graphs as they are, and says why).
+    """
+
+    name: str
+    tensor_type: str
+    capabilities: Capabilities
+    rewrites: tuple[str, ...]
+    codegen: Any
+    graph_runner: Any = None
+    description: str = ""
+
+    def load_codegen(self) -> CodeGen:
+        return _resolved(self, "codegen")
+
+    def load_graph_runner(self) -> Any:
+        return _resolved(self, "graph_runner")
+
+
+_RESOLVED: dict[tuple[int, str], Any] = {}  # (id of a Device, field) -> the loaded object
+
+
+def _resolved(device: Device, name: str) -> Any:
+    """`device.<name>`, imported on first use when it is a "module:attribute" string."""
+    key = (id(device), name)
+    if key not in _RESOLVED:
+        value = getattr(device, name)
+        _RESOLVED[key] = _load(value) if isinstance(value, str) else value
+    return _RESOLVED[key]
+
+
+DEVICES: dict[str, Device] = {}
+
+
+def register_device(name: str, device: Device) -> Device:
+    """Register (or replace) the compile target `name`. A device registered under the name of
+    its tensor type (`"npu"` for npu tensors) compiles every graph on those tensors; one under
+    another name is chosen with `options={"codegen.device": name}`."""
+    if not isinstance(device, Device):
+        raise TypeError(
+            f"register_device({name!r}, ...) takes a kiln.devices.Device, got "
+            f"{type(device).__name__}"
+        )
+    if device.name != name:
+        raise ValueError(f"register_device: the name {name!r} differs from device.name")
+    try:
+        torch.device(device.tensor_type)
+    except RuntimeError as e:
+        raise ValueError(f"{device.tensor_type!r} is not a torch device type: {e}") from None
+    from ..rewrites import check_names  # the device's rewrites must exist
+
+    check_names(device.rewrites)
+    old = DEVICES.get(name)
+    if old is not None and old is not device:
+        unregister_device(name)
+    DEVICES[name] = device
+    return device
+
+
+def unregister_device(name: str) -> None:
+    device = DEVICES.pop(name, None)
+    if device is not None:
+        for key in [k for k in _RESOLVED if k[0] == id(device)]:
+            del _RESOLVED[key]
+
+
+def get_device(name: str) -> Device:
+    if name not in DEVICES:
+        raise KeyError(
+            f"kiln has no device {name!r}; registered: {', '.join(sorted(DEVICES))}. Register "
+            "one with kiln.register_device(name, kiln.devices.Device(...))."
+        )
+    return DEVICES[name]
+
+
+def _tensors(values):
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from _tensors(v)
+
+
+def tensor_device_type(example_inputs, gm: torch.fx.GraphModule | None = None) -> str:
+    """The device type a graph's tensors live on: that of its first tensor not on the CPU (a
+    CPU scalar beside CUDA tensors is copied over by the wrapper), else "cpu"."""
+    tensors = list(_tensors(example_inputs))
+    if gm is not None:
+        attrs = (getattr(gm, n.target, None) for n in gm.graph.nodes if n.op == "get_attr")
+        tensors += [t for t in attrs if isinstance(t, torch.Tensor)]
+    for t in tensors:
+        if t.device.type not in ("cpu", "meta"):
+            return t.device.type
+    return "cpu"
+
+
+def device_for(example_inputs, gm: torch.fx.GraphModule | None = None, name: str | None = None):
+    """The device that compiles a graph: `name` when given, else the one registered under its
+    tensors' device type; None when there is none (the graph then runs on eager kernels)."""
+    if name is not None:
+        return get_device(name)
+    return DEVICES.get(tensor_device_type(example_inputs, gm))
+
+
+def graph_runner_for(tensor_type: str) -> Any:
+    """The device graphs of the device registered for `tensor_type`, None if it has none."""
+    device = DEVICES.get(tensor_type)
+    return device.load_graph_runner() if device is not None else None
+
+
+__all__ = [
+    "Capabilities",
+    "CodeGen",
+    "DEVICES",
+    "Device",
+    "LOOP_DTYPES",
+    "device_for",
+    "get_device",
+    "graph_runner_for",
+    "register_device",
+    "tensor_device_type",
+    "unregister_device",
+]
+
+
+from . import builtin  # noqa: E402,F401  (registers cpu and cuda)
