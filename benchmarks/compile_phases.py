@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compile_profile import cold_model  # noqa: E402
 
 _AUTOGRAD = ("analyze", "trace_inference", "trace_training", "partition_joint")
-_TRITON = ("_lower_on_any_device", "schedule", "render_module", "render_wrapper", "load")
+_PIPELINE = ("run_rewrites", "lower_graph", "schedule")  # codegen/pipeline.py
+_TRITON = ("render_module", "render_wrapper", "load")  # codegen/triton/device.py
 _TRITON += ("finish_compiles",)  # the first run's wait for kernels the workers still compile
 
 
@@ -73,11 +74,13 @@ def main() -> None:
         label = "first FakeTensorMode() (imports torch._dynamo)"
         imported(label, FakeTensorMode, paused_gc)
         import kiln.autograd.compile as aot
-        import kiln.codegen.triton as triton_codegen
+        import kiln.codegen.pipeline as pipeline
+        import kiln.codegen.triton.device as triton_device
         from kiln.capture.frontend import CompiledFunction
 
         capture = (CompiledFunction, ("_run_root",))  # capture's trace, which runs each op
-        for module, names in ((aot, _AUTOGRAD), (triton_codegen, _TRITON), capture):
+        timed_parts = ((aot, _AUTOGRAD), (pipeline, _PIPELINE), (triton_device, _TRITON), capture)
+        for module, names in timed_parts:
             for name in names:
                 setattr(module, name, timed(name, getattr(module, name)))
         compiled = kiln.compile(model)

@@ -145,20 +145,21 @@ def compare(got, expected) -> dict:
 
 
 class TritonWatch:
-    """Counts the Triton graphs kiln compiles (patches the renderer's entry for this run)."""
+    """Counts the Triton graphs kiln compiles (patches the pipeline's entry for this run)."""
 
     def __init__(self) -> None:
-        import kiln.codegen.triton as triton_codegen
+        import kiln.codegen.pipeline as pipeline
 
-        self.module, self.graphs = triton_codegen, []
-        self.original = triton_codegen.compile_graph_strict
+        self.module, self.graphs = pipeline, []
+        self.original = pipeline.compile_graph_strict
 
         def watched(*args, **kwargs):
             compiled = self.original(*args, **kwargs)
-            self.graphs.append(compiled)
+            if compiled.kernel_language == "Triton":
+                self.graphs.append(compiled)
             return compiled
 
-        triton_codegen.compile_graph_strict = watched
+        pipeline.compile_graph_strict = watched
 
     def kernels(self) -> int:
         return sum(g.triton_source.count("@triton.jit\ndef kernel") for g in self.graphs)

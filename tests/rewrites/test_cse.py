@@ -1,7 +1,8 @@
 """Common-subexpression elimination (rewrites/cse.py, the rewrite `merge_repeats`): repeats of a
 call merge into the first one before lowering, so the loop IR computes each value once; random
-ops, in-place graphs, graph outputs and scalars that only look alike (-0.0 and 0.0, 1 and 1.0) are never merged. Every
-compiled graph is compared with eager on fresh random inputs (the C++ path).
+ops, in-place graphs, graph outputs and scalars that only look alike (-0.0 and 0.0, 1 and 1.0)
+are never merged. Every compiled graph is compared with eager on fresh random inputs (the C++
+path).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from kiln.codegen import compile_graph
+import kiln
+from kiln.codegen import Declined, compile_graph
 from kiln.runtime import STATS, ArtifactCache, CacheUnsafe, CompilerNotFound, build, cpp_builder
 from kiln.runtime.cache import ensure_private_dir, open_cache
 
@@ -117,8 +118,13 @@ def test_missing_compiler_is_a_clear_error_and_graph_runs_eagerly(monkeypatch):
             return (x.exp() + 1,)
 
         x = torch.randn(5)
-        compiled = compile_graph(make_fx(fn)(x), [x])
+        gm = make_fx(fn)(x)
+        declined = compile_graph(gm, [x])
+        assert isinstance(declined, Declined) and "apt-get install g++" in declined.reason
+        # kiln.compile runs such a graph on eager ATen kernels, still correct
+        compiled = kiln.compile(fn)
         y = torch.randn(5)
+        compiled(y)
         torch.testing.assert_close(compiled(y)[0], y.exp() + 1)
     finally:
         cpp_builder.find_compiler.cache_clear()

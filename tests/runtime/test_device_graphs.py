@@ -118,13 +118,15 @@ def test_parameters_and_buffers_are_static_positions_of_the_group():
     positions among the tensor inputs the AOT graphs take (a Python number input between
     them does not shift the count)."""
     from kiln.backends.builtin import _device_graph_group
+    from kiln.contracts import takes_capture_info
 
     net = _bn_net()
     groups, metas = [], []
 
-    def backend(gm, example_inputs):
-        metas.append((gm.meta["kiln_static_inputs"], list(example_inputs)))
-        groups.append(_device_graph_group(gm))
+    @takes_capture_info
+    def backend(gm, example_inputs, info):
+        metas.append((info.static_inputs, list(example_inputs)))
+        groups.append(_device_graph_group(gm, info))
         return gm.forward
 
     def f(x, scale):
