@@ -64,7 +64,7 @@ NOT_IMPLEMENTED: dict[tuple[str, Any], str] = {
 }
 
 # Options no code reads because kiln always does what they ask: random ops are never lowered
-# into kiln's kernels (lower/cse.py keeps them, autograd/partition.py never recomputes them), so
+# into kiln's kernels (rewrites/cse.py keeps them, autograd/partition.py never recomputes them), so
 # random numbers always come from ATen's own generators in program order, as eager's do.
 HONOURED_BY_CONSTRUCTION = ("fallback_random",)
 

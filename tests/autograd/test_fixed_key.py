@@ -1,4 +1,4 @@
-"""A captured graph whose inputs are all guarded tensors (`gm.meta["kiln_fixed_call_key"]`) keeps
+"""A captured graph whose inputs are all guarded tensors (`CaptureInfo.fixed_call_key`) keeps
 one AOT entry and computes no per-call key; what the key would have caught (a parameter's
 requires_grad, the grad mode) still changes the result, because capture's guards recompile."""
 

@@ -1,4 +1,4 @@
-"""codegen/bias_add.py: `addmm` whose product only pointwise ops read becomes `mm` + `add` (the
+"""rewrites/bias_add.py: `addmm` whose product only pointwise ops read becomes `mm` + `add` (the
 add fuses into the reader, cuBLAS runs its plain matmul); any other reader keeps the `addmm`.
 The rewritten graph computes what the original does, on fresh random data."""
 

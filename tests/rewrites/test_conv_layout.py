@@ -1,4 +1,4 @@
-"""Channels-last convolutions (lower/conv_layout.py): a CPU graph's 2-D convolutions read
+"""Channels-last convolutions (rewrites/conv_layout.py): a CPU graph's 2-D convolutions read
 channels-last inputs, the batch norms and ReLUs between them follow, outputs keep eager's
 strides, and results match eager on fresh random inputs.
 """

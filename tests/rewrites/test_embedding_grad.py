@@ -1,4 +1,4 @@
-"""codegen/embedding_grad.py: a tied embedding's gradient, `mm + embedding_dense_backward`, becomes
+"""rewrites/embedding_grad.py: a tied embedding's gradient, `mm + embedding_dense_backward`, becomes
 one `index_put(mm, [indices], grad, accumulate=True)`; every other use of the embedding gradient
 stays. The rewritten graph computes what the original does, on fresh random data (indices with
 repeats, so rows are summed), and so does the Triton path that applies it (interpreter)."""

@@ -230,7 +230,7 @@ class Tracer:
                 self._example_later(node, t)
             self.guards.add(G.tensor_guard(source, t))
             # its type, dtype, device, sizes and strides are checked on every call: code
-            # generators need not check them again (gm.meta["kiln_checked_inputs"])
+            # generators need not check them again (CaptureInfo.checked_inputs)
             node.meta["kiln_layout_guarded"] = True
 
     def _placeholder(self, source: Source) -> fx.Node:
