@@ -42,9 +42,6 @@ from .compiled import CompiledGraph
 
 PASSES = ("rewrites", "lower", "schedule", "render", "wrap", "build")
 
-# Rewrites an option switches off: `options={"shape_padding": False}` leaves matmuls unpadded.
-OPTION_GATED_REWRITES = {"pad_matmuls": "shape_padding"}
-
 
 @dataclass(frozen=True)
 class Declined:
@@ -92,7 +89,9 @@ def _declined(d: Declined) -> Declined:
 def _resolve(gm, example_inputs, device, options) -> Device:
     if isinstance(device, Device):
         return device
-    name = device if device is not None else _option(options, "codegen.device")
+    if device is None and options is not None:
+        device = options.get("codegen.device")  # None: by the tensors' device type
+    name = device
     dev = device_for(example_inputs, gm, name)
     if dev is None:
         from ..devices import DEVICES, tensor_device_type
@@ -106,15 +105,11 @@ def _resolve(gm, example_inputs, device, options) -> Device:
 
 
 def _rewrites(dev: Device, options: Options | None) -> tuple[str, ...]:
-    """The device's rewrites, less those an option switches off (`OPTION_GATED_REWRITES`)."""
-    gated = OPTION_GATED_REWRITES
-    return tuple(
-        r for r in dev.rewrites if r not in gated or _option(options, gated[r]) is not False
-    )
-
-
-def _option(options: Options | None, name: str):
-    return options.get(name) if options is not None else None
+    """The device's rewrites, less those an option switches off: `shape_padding=False` leaves
+    matmuls unpadded."""
+    if options is not None and not options.get("shape_padding"):
+        return tuple(r for r in dev.rewrites if r != "pad_matmuls")
+    return dev.rewrites
 
 
 def compile_graph_strict(
@@ -140,10 +135,11 @@ def compile_graph_strict(
     run_rewrites(gm, example_inputs, _rewrites(dev, options))
     graph = lower_graph(gm, example_inputs, caps)
     logs.log("passes", lambda: f"after lower ({dev.name}):\n{graph}")
+    debug = options if options is not None else Options()
     sched = schedule(
         graph,
-        fuel=_option(options, "debug.fuel"),
-        verify_ir=bool(_option(options, "debug.verify_ir")),
+        fuel=debug.get("debug.fuel"),
+        verify_ir=bool(debug.get("debug.verify_ir")),
         out_externs=frozenset(caps.out_variants),
         arena=caps.arena,
     )

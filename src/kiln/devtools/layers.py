@@ -90,14 +90,26 @@ def _resolve(module: str, is_package: bool, level: int, target: str | None) -> s
     return ".".join(base)
 
 
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:` (annotations only: nothing runs)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return out
+
+
 def imports() -> list[Import]:
-    """Every import between kiln's modules."""
+    """Every import between kiln's modules (those made only for type checkers excepted)."""
     found: list[Import] = []
     for path in sorted(ROOT.rglob("*.py")):
         module = _module_name(path)
         is_package = path.name == "__init__.py"
         tree = ast.parse(path.read_text(), str(path))
+        skip = _type_checking_only(tree)
         for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     target = _resolve(module, is_package, 0, alias.name)
