@@ -46,6 +46,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "cli": None,  # type: ignore[dict-item]
     "devtools": None,  # type: ignore[dict-item]
     "testing": None,  # type: ignore[dict-item]
+    "report": None,  # type: ignore[dict-item]
     "__main__": None,  # type: ignore[dict-item]
 }
 
