@@ -56,8 +56,10 @@ class LoweringContext:
         self.checks: dict = {}  # (index buffer, size, wrap) -> its bounds check (indirect.py)
         self.nodes: dict[str, Node] = {}
         self._ids = itertools.count()
-        self.out = None  # the fake value of the node being lowered
-        self.op = None  # the ATen overload being lowered
+        # The fake value of the node being lowered: a tensor, or a tuple/list of them (and
+        # None entries) for an op with several outputs.
+        self.out: torch.Tensor | tuple | list | None = None
+        self.op: torch._ops.OpOverload | None = None  # the ATen overload being lowered
 
     # -- nodes ------------------------------------------------------------------------------
     def fresh(self, prefix: str = "buf") -> str:
@@ -84,13 +86,17 @@ class LoweringContext:
             return False
         return device.index is None or mine.index is None or device.index == mine.index
 
+    def _single_out(self) -> torch.Tensor:
+        assert isinstance(self.out, torch.Tensor), "an op with several outputs reads ctx.out[k]"
+        return self.out
+
     @property
     def out_size(self) -> tuple:
-        return tuple(int(s) for s in self.out.shape)
+        return tuple(int(s) for s in self._single_out().shape)
 
     @property
     def out_dtype(self) -> torch.dtype:
-        return self.out.dtype
+        return self._single_out().dtype
 
     # -- expressions ------------------------------------------------------------------------
     def load(self, ref: BufRef, index, dtype: torch.dtype | None = None) -> Expr:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import operator
+from typing import Any, TypeGuard
 
 import torch
 
@@ -23,7 +24,17 @@ from .. import logs, trace
 from ..devices import Capabilities
 from ..rewrites.meta import ensure_meta
 from .context import LoweringContext
-from .ir import BufRef, Constant, Extern, ExternItem, Input, Layout, LoopGraph, buf_refs
+from .ir import (
+    BufRef,
+    Constant,
+    Extern,
+    ExternItem,
+    Input,
+    Layout,
+    LoopGraph,
+    buf_refs,
+    node_dtype,
+)
 from .layouts import store_in_eager_order
 from .registry import Unsupported, lowering_for
 
@@ -78,7 +89,7 @@ def _why_extern(ctx: LoweringContext, target, args, kwargs, val) -> str | None:
         node = ctx.nodes[ref.name]
         if isinstance(node, (Extern,)) and node.layouts[0] is None:
             return "an argument is a value only known at run time"
-        dtype = getattr(node, "dtype", None) or node.layout.dtype
+        dtype = node_dtype(node)
         if dtype not in ctx.dtypes:
             return f"input dtype {dtype} has no kernel on this device"
     return None
@@ -93,14 +104,16 @@ def _extern(ctx: LoweringContext, target, args, kwargs, val, reason: str):
     ctx.add(node)
     EXTERN_COUNTS[(str(target), reason)] += 1
     logs.log("perf_hints", lambda: f"extern call {target}: {reason}")
+    # One name a tensor output (None for the others); a tensor output always has a layout.
     names = [name] if not multi else [ctx.fresh("buf") if lay else None for lay in layouts]
     for item, out in zip(names, outs):
-        if isinstance(out, torch.Tensor) and not ctx.on_graph_device(out.device):
-            ctx.elsewhere[item] = out.device  # no kernel may read it (LoweringContext.load)
+        if item is not None and isinstance(out, torch.Tensor):
+            if not ctx.on_graph_device(out.device):
+                ctx.elsewhere[item] = out.device  # no kernel may read it (LoweringContext.load)
     if not multi:
         return BufRef(name)
     return tuple(
-        ctx.add(ExternItem(item, name, k, lay)) if lay else None
+        ctx.add(ExternItem(item, name, k, lay)) if item is not None and lay is not None else None
         for k, (item, lay) in enumerate(zip(names, layouts))
     )
 
@@ -124,7 +137,7 @@ def lower_graph(
     ensure_meta(gm, example_inputs)
     device = graph_device(gm, example_inputs)
     ctx = LoweringContext(device=device, indirect_loads=caps.indirect_loads, dtypes=caps.dtypes)
-    env: dict[torch.fx.Node, object] = {}
+    env: dict[torch.fx.Node, Any] = {}  # what each node lowered to: a BufRef, a tuple of them
     inputs: list[str] = []
     constants: dict[str, torch.Tensor] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -189,10 +202,12 @@ def _output(value, env):
 def _lower_node(ctx: LoweringContext, target, args, kwargs, val):
     reason = _why_extern(ctx, target, args, kwargs, val)
     if reason is None:
+        lowering = lowering_for(target)
+        assert lowering is not None  # _why_extern checked that there is one
         ctx.out, ctx.op = val, target
         checkpoint = dict(ctx.nodes)
         try:
-            return store_in_eager_order(ctx, lowering_for(target)(ctx, *args, **kwargs), val)
+            return store_in_eager_order(ctx, lowering(ctx, *args, **kwargs), val)
         except Unsupported as e:
             ctx.nodes = checkpoint
             reason = f"lowering declined: {e}"
@@ -206,7 +221,7 @@ def extern_summary(graph: LoopGraph) -> str:
     return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(counts.items()))
 
 
-def is_fallback(node) -> bool:
+def is_fallback(node) -> TypeGuard[Extern]:
     """An `Extern` standing for an ATen op kept as is (not one of kiln's own checks)."""
     return isinstance(node, Extern) and not is_check(node)
 

@@ -36,7 +36,7 @@ from .indexing import (
     is_affine,
     reduce_vars,
 )
-from .ir import BufRef, Extern, IndexValue, Pointwise, Reduction, View, compute_dtype
+from .ir import BufRef, Expr, Extern, IndexValue, Op, Pointwise, Reduction, View, compute_dtype
 from .registry import Unsupported, register_lowering
 
 INDEX_DTYPES = (torch.int64, torch.int32)
@@ -134,10 +134,8 @@ def _positions_of_at_most(node, size: int) -> bool:
 def _positional(ctx, idx: BufRef, at):
     """`idx[at]` as an index expression if `idx` is computed from positions only (arange)."""
     node, at = _resolved(ctx, idx, at)
-    body = node.body if isinstance(node, Pointwise) else None
-    while (
-        body is not None and getattr(body, "op", None) == "to" and not body.dtype.is_floating_point
-    ):
+    body: Expr | None = node.body if isinstance(node, Pointwise) else None
+    while isinstance(body, Op) and body.op == "to" and not body.dtype.is_floating_point:
         body = body.args[0]
     if not isinstance(body, IndexValue):
         return None

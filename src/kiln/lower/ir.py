@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 import sympy
 import torch
@@ -52,6 +52,8 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 class _Hashed:
     """Frozen dataclasses used as dictionary keys many times: hash once, not once per lookup."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # set by @dataclass on each subclass
 
     def __hash__(self) -> int:
         h = self.__dict__.get("_h")
@@ -154,6 +156,7 @@ def map_indices(expr, fn):
         hit = cache.get(id(e))
         if hit is not None:
             return hit
+        r: Expr
         if isinstance(e, Load):
             r = Load(e.buf, tuple(fn(ix) for ix in e.index), e.dtype)
         elif isinstance(e, IndexValue):

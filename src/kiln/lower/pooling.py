@@ -19,7 +19,7 @@ import torch
 
 from . import ops
 from .indexing import clamp, index_vars
-from .ir import compute_dtype
+from .ir import Expr, compute_dtype
 from .registry import Unsupported, register_lowering
 from .views import _in_range  # lo <= index < hi, as a loop-IR condition
 
@@ -57,7 +57,9 @@ def _max_pool2d(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode
     # chain reads it once more: the expressions grow linearly and quadratically with the
     # window, where a `where` on `v > best` for the values too grew exponentially (25 steps
     # are 2**25 nodes to anything that walks the tree without sharing).
-    best, at, seen = ops.const(float("-inf"), compute), ops.const(0, torch.int64), None
+    best: Expr = ops.const(float("-inf"), compute)
+    at: Expr = ops.const(0, torch.int64)
+    seen: Expr | None = None
     for i in range(kh):
         ih = oh * sh - ph + i * dh
         for j in range(kw):

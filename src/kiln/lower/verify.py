@@ -13,6 +13,9 @@ surface as a wrong number deep inside generated C++.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
+import sympy
 import torch
 
 from .indexing import index_vars, reduce_vars
@@ -22,6 +25,7 @@ from .ir import (
     IndexValue,
     Load,
     LoopGraph,
+    Node,
     Op,
     Pointwise,
     Reduction,
@@ -39,11 +43,11 @@ class IRError(AssertionError):
     pass
 
 
-def _fail(node, rule: str):
+def _fail(node, rule: str) -> NoReturn:
     raise IRError(f"loop IR invalid at {getattr(node, 'name', node)}: {rule}\n  {node}")
 
 
-def _check_read(node, buf: str, index, defined: dict, allowed: set) -> None:
+def _check_read(node, buf: str, index, defined: dict[str, Node], allowed: set) -> None:
     src = defined.get(buf)
     if src is None:
         _fail(node, f"loads {buf}, which is not defined before it")
@@ -52,12 +56,12 @@ def _check_read(node, buf: str, index, defined: dict, allowed: set) -> None:
     if len(index) != len(node_size(src)):
         _fail(node, f"loads {buf} with {len(index)} indices, it has rank {len(node_size(src))}")
     for ix in index:
-        extra = getattr(ix, "free_symbols", set()) - allowed
+        extra: set[sympy.Basic] = getattr(ix, "free_symbols", set()) - allowed
         if extra:
             _fail(node, f"index uses {sorted(map(str, extra))}, not loop variables here")
 
 
-def _check_body(node, body, defined: dict, allowed: set) -> None:
+def _check_body(node, body, defined: dict[str, Node], allowed: set) -> None:
     for e in walk(body):
         for ind in index_reads(e):
             _check_read(node, ind.buf, ind.index, defined, allowed)
@@ -78,7 +82,7 @@ def _check_body(node, body, defined: dict, allowed: set) -> None:
 
 
 def verify(graph: LoopGraph) -> LoopGraph:
-    defined: dict = {}
+    defined: dict[str, Node] = {}
     for node in graph.nodes:
         if node.name in defined:
             _fail(node, "name defined twice")

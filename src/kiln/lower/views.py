@@ -294,7 +294,8 @@ def _fill(ctx, x, value):
 def _arange(ctx, *args, **kwargs):
     _check_device(ctx, kwargs)
     nums = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
-    start, step = (0, 1)
+    start: int | float = 0
+    step: int | float = 1
     if len(nums) >= 2:
         start = nums[0]
     if len(nums) == 3:

@@ -55,6 +55,14 @@ def _output_strides(gm: torch.fx.GraphModule) -> list:
     return [tuple(v.stride()) if isinstance(v, torch.Tensor) else None for v in vals]
 
 
+def _source(clone: torch.fx.Node) -> torch.fx.Node:
+    """The node a clone inserted here copies: a convolution's input, which
+    `_wants_channels_last` checked is a graph node."""
+    src = clone.args[0]
+    assert isinstance(src, torch.fx.Node)
+    return src
+
+
 def _propagate(gm: torch.fx.GraphModule, example_inputs) -> None:
     for n in gm.graph.nodes:
         n.meta.pop("val", None)
@@ -80,13 +88,13 @@ def channels_last_convolutions(gm: torch.fx.GraphModule, example_inputs) -> int:
     _propagate(gm, example_inputs)
     if _output_strides(gm) != before:  # undo: the outputs must keep their strides
         for clone in clones:
-            clone.replace_all_uses_with(clone.args[0])
+            clone.replace_all_uses_with(_source(clone))
             graph.erase_node(clone)
         _propagate(gm, example_inputs)
         return 0
     for clone in clones:  # the input is channels-last already: no copy needed
-        if clone.args[0].meta["val"].is_contiguous(memory_format=_CL):
-            clone.replace_all_uses_with(clone.args[0])
+        if _source(clone).meta["val"].is_contiguous(memory_format=_CL):
+            clone.replace_all_uses_with(_source(clone))
             graph.erase_node(clone)
     gm.recompile()
     return 1

@@ -60,7 +60,7 @@ def _plain(node: torch.fx.Node) -> bool:
     """No padding index and no scaling by frequency."""
     names = ("grad_output", "indices", "num_weights", "padding_idx", "scale_grad_by_freq")
     args = dict(zip(names, node.args), **node.kwargs)
-    return args.get("padding_idx") == -1 and args.get("scale_grad_by_freq") is False
+    return bool(args.get("padding_idx") == -1) and args.get("scale_grad_by_freq") is False
 
 
 def _sole_plain_add(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
@@ -76,7 +76,11 @@ def _sole_plain_add(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] 
     if other is node or not isinstance(other, torch.fx.Node):
         return None
     mine, theirs, total = (n.meta.get("val") for n in (node, other, add))
-    if not all(isinstance(v, torch.Tensor) for v in (mine, theirs, total)):
+    if not (
+        isinstance(mine, torch.Tensor)
+        and isinstance(theirs, torch.Tensor)
+        and isinstance(total, torch.Tensor)
+    ):
         return None
     if theirs.shape != mine.shape or theirs.dtype != mine.dtype or total.dtype != mine.dtype:
         return None
@@ -107,13 +111,15 @@ def _rows_in_order(node: torch.fx.Node) -> bool:
         indices = indices.args[0]
     if not isinstance(indices, torch.fx.Node) or indices.target not in _ARANGES:
         return False
+    if not isinstance(grad, torch.fx.Node):
+        return False
     start = 0 if indices.target is aten.arange.default else indices.args[0]
     step = indices.args[2] if indices.target is aten.arange.start_step else 1
     values, g = indices.meta.get("val"), grad.meta.get("val")
     if not isinstance(values, torch.Tensor) or not isinstance(g, torch.Tensor):
         return False
     rows = values.numel()  # an arange is one-dimensional
-    return (
+    return bool(
         start == 0
         and step == 1
         and not values.dtype.is_floating_point
@@ -127,6 +133,7 @@ def _rows_in_order(node: torch.fx.Node) -> bool:
 def _pad_rows(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     """`node` becomes the gradient's rows padded with zero rows to the table's size."""
     grad, _, num_weights = node.args[:3]
+    assert isinstance(grad, torch.fx.Node)  # _rows_in_order checked it
     g = grad.meta["val"]
     rows, width = g.numel() // g.shape[-1], g.shape[-1]
     with graph.inserting_before(node):

@@ -151,9 +151,9 @@ def _try_join(node, kernel: Kernel, nodes: dict) -> tuple[Kernel | None, str]:
     if m is None:
         return None, f"size does not split into the kernel's {outer} rows x {inner}"
     if not has_reduction and not isinstance(node, Reduction):
-        why = _transposed_apart(node, kernel, nodes)
-        if why:
-            return None, why
+        apart = _transposed_apart(node, kernel, nodes)
+        if apart:
+            return None, apart
     trial = Kernel(kernel.name, outer, inner, tuple(members))
     why = _reads_ok(node, m, trial, nodes)
     if why:
@@ -244,16 +244,17 @@ def fuse(graph: LoopGraph, fuel: Fuel) -> tuple:
             if kernel is not None and not fuel.take(f"fuse {node.name} into {step.name}"):
                 kernel, why = None, "out of fuel"
             if kernel is None:
-                logs.log(
-                    "schedule",
-                    lambda s=step, w=why, n=node.name: f"{n} not fused into {s.name}: {w}",
-                )
+                # Bound to a name first: mypy cannot type a lambda whose defaults bind loop
+                # variables where it is passed as an argument (mypy#15459).
+                not_fused = lambda s=step, w=why, n=node.name: f"{n} not fused into {s.name}: {w}"
+                logs.log("schedule", not_fused)
                 if pos == first_ok or len(steps) - pos >= 3:
                     break
                 continue
             steps[pos] = joined = kernel
             where[node.name] = pos
-            logs.log("schedule", lambda s=step, n=node.name: f"{n} fused into {s.name}")
+            fused = lambda s=step, n=node.name: f"{n} fused into {s.name}"  # mypy#15459
+            logs.log("schedule", fused)
             break
         if joined is None:
             steps.append(_new_kernel(node, f"kernel{sum(isinstance(s, Kernel) for s in steps)}"))

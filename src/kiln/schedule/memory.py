@@ -65,7 +65,7 @@ class Free:
 def _reads(step, nodes: dict) -> set[str]:
     if isinstance(step, Kernel):
         inside = {m.name for m in step.members}
-        out = set()
+        out: set[str] = set()
         for m in step.members:
             out.update(ld.buf for ld in loads(nodes[m.name].body))
         return out - (inside & step.local)
@@ -116,8 +116,8 @@ def plan_memory(graph: LoopGraph, steps, out_externs: frozenset = frozenset()) -
     for k, step in enumerate(steps):
         names = [m.name for m in step.members] if isinstance(step, Kernel) else [step.name]
         names += [i for n in names for i in items.get(n, [])]
-        for n in names:
-            produced_at[n] = k
+        for name in names:
+            produced_at[name] = k
     aliases_before, aliases_after = _alias_places(views, first, produced_at)
 
     local = {m for s in steps if isinstance(s, Kernel) for m in s.local}
@@ -218,9 +218,11 @@ def viewed_by_externs(graph: LoopGraph, owner: dict) -> set[str]:
     """Buffers an extern call returns a view of (`as_strided`, `split`, ... kept as ATen
     calls): that view shares their storage, so they never go back to the pool for reuse, nor
     into the arena (the view may be returned)."""
-    out = set()
+    out: set[str] = set()
     for n in graph.nodes:
-        schema = getattr(n.target, "_schema", None) if isinstance(n, Extern) else None
+        if not isinstance(n, Extern):
+            continue
+        schema = getattr(n.target, "_schema", None)
         if schema is not None and (
             schema.name in _UNANNOTATED_VIEWS
             or any(r.alias_info is not None for r in schema.returns)

@@ -30,6 +30,7 @@ from ..lower.ir import (
     ExternItem,
     Load,
     LoopGraph,
+    Node,
     Op,
     Pointwise,
     Reduction,
@@ -98,7 +99,7 @@ def _is_check(node) -> bool:
 
 def index_sources(graph: LoopGraph) -> set[str]:
     """Buffers whose values some body uses as an index (`Indirect` terms read them)."""
-    out = set()
+    out: set[str] = set()
     for node in graph.nodes:
         if isinstance(node, (Pointwise, Reduction)):
             for e in walk(node.body):
@@ -120,7 +121,7 @@ def materialize_views(graph: LoopGraph) -> LoopGraph:
     """Views read by extern calls or returned stay strided aliases when they can, else copy."""
     readers = users(graph)
     nodes = graph.node_map()
-    out = []
+    out: list[Node] = []
     for node in graph.nodes:
         if not isinstance(node, View):
             out.append(node)
@@ -132,7 +133,10 @@ def materialize_views(graph: LoopGraph) -> LoopGraph:
         if pos is not None and is_affine(pos, vs):
             out.append(node)
             continue
-        logs.log("schedule", lambda n=node: f"{n.name}: view is not strided; copied ({n})")
+        # The message is bound to a name first: mypy cannot type a lambda whose defaults bind
+        # loop variables where it is passed as an argument (mypy#15459).
+        copied = lambda n=node: f"{n.name}: view is not strided; copied ({n})"
+        logs.log("schedule", copied)
         body = Load(node.base, node.index, _compute(node.dtype))
         out.append(Pointwise(node.name, node.size, node.dtype, body))
     return graph.replace(out)
@@ -189,8 +193,11 @@ def _broadcast_recompute(node: Pointwise, readers: list) -> str | None:
     every batch and head of q and k: sixteen times each)."""
     costly = costly_count(node.body)
     own = _loop_size(node)
-    sizes = [_loop_size(r) for r in readers]
-    if not costly or own is None or None in sizes or not any(n >= 2 * own for n in sizes):
+    maybe_sizes = [_loop_size(r) for r in readers]
+    sizes = [n for n in maybe_sizes if n is not None]
+    if not costly or own is None or len(sizes) < len(maybe_sizes):
+        return None
+    if not any(n >= 2 * own for n in sizes):
         return None
     extra = sum(sizes) - own
     if extra < BROADCAST_RECOMPUTE_MIN:
@@ -283,7 +290,8 @@ def inline_pointwise(graph: LoopGraph, fuel: Fuel) -> LoopGraph:
                 lifetimes.inline(node)
                 continue
             if not (isinstance(node.body, Load) or "<output>" in readers[node.name]):
-                logs.log("schedule", lambda n=node, w=why: f"{n.name}: kept in memory, {w}")
+                kept = lambda n=node, w=why: f"{n.name}: kept in memory, {w}"  # mypy#15459
+                logs.log("schedule", kept)
         out.append(node)
     return graph.replace(out)
 
