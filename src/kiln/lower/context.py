@@ -15,7 +15,8 @@ call, which handles mixed devices as eager does.
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from collections.abc import Callable, Iterable
+from typing import Union
 
 import sympy
 import torch
@@ -26,6 +27,7 @@ from .indexing import index_vars, to_sym
 from .ir import (
     BufRef,
     Expr,
+    IntExpr,
     Load,
     Node,
     Pointwise,
@@ -36,6 +38,8 @@ from .ir import (
     node_size,
 )
 from .registry import Unsupported
+
+Scalar = Union[bool, int, float]
 
 
 class LoweringContext:
@@ -99,7 +103,7 @@ class LoweringContext:
         return self._single_out().dtype
 
     # -- expressions ------------------------------------------------------------------------
-    def load(self, ref: BufRef, index, dtype: torch.dtype | None = None) -> Expr:
+    def load(self, ref: BufRef, index: Iterable[IntExpr], dtype: torch.dtype | None = None) -> Expr:
         node = self.nodes[ref.name]
         index = tuple(to_sym(i) for i in index)
         assert len(index) == len(node_size(node)), (ref, index)
@@ -115,7 +119,7 @@ class LoweringContext:
         e: Expr = Load(node.name, index, compute_dtype(node_dtype(node)))
         return ops.cast(e, dtype) if dtype is not None else e
 
-    def broadcast_load(self, value, size: tuple, dtype: torch.dtype) -> Expr:
+    def broadcast_load(self, value: object, size: tuple, dtype: torch.dtype) -> Expr:
         """`value` (a tensor or a Python scalar) read at the loop index of `size`, broadcast."""
         if not isinstance(value, BufRef):
             if isinstance(value, (bool, int, float)):
@@ -130,9 +134,9 @@ class LoweringContext:
         ]
         return self.load(value, index, dtype)
 
-    def promote(self, *args) -> torch.dtype:
+    def promote(self, *args: BufRef | Scalar) -> torch.dtype:
         """torch's type promotion for these arguments (tensors by dtype and rank, scalars)."""
-        metas = []
+        metas: list[torch.Tensor | Scalar] = []
         for a in args:
             if isinstance(a, BufRef):
                 ndim = len(self.size(a))
@@ -151,14 +155,14 @@ class LoweringContext:
         return dtype
 
     # -- node builders ----------------------------------------------------------------------
-    def pointwise(self, size, dtype: torch.dtype, body: Expr) -> BufRef:
+    def pointwise(self, size: Iterable[IntExpr], dtype: torch.dtype, body: Expr) -> BufRef:
         size = tuple(size)
         body = ops.cast(body, compute_dtype(dtype))
         return self.add(Pointwise(self.fresh(), size, dtype, body))
 
     def elementwise(
         self,
-        args,
+        args: Iterable[object],
         fn: Callable[..., Expr],
         compute: torch.dtype | None = None,
     ) -> BufRef:
@@ -168,12 +172,19 @@ class LoweringContext:
         loaded = [self.broadcast_load(a, size, compute) for a in args]
         return self.pointwise(size, out_dtype, fn(*loaded))
 
-    def reduction(self, size, dtype, reduce_type, reduce_size, body: Expr) -> BufRef:
+    def reduction(
+        self,
+        size: Iterable[IntExpr],
+        dtype: torch.dtype,
+        reduce_type: str,
+        reduce_size: Iterable[IntExpr],
+        body: Expr,
+    ) -> BufRef:
         return self.add(
             Reduction(self.fresh(), tuple(size), dtype, reduce_type, tuple(reduce_size), body)
         )
 
-    def view(self, ref: BufRef, size, index) -> BufRef:
+    def view(self, ref: BufRef, size: Iterable[int], index: Iterable[IntExpr]) -> BufRef:
         """A view of `ref` whose element `i` is `ref[index(i)]`; views of views are flattened."""
         node = self.nodes[ref.name]
         index = tuple(to_sym(i) for i in index)

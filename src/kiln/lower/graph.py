@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import operator
+from collections.abc import Sequence
 from typing import Any, TypeGuard
 
 import torch
@@ -58,7 +59,13 @@ def _layout(t: torch.Tensor) -> Layout:
     return Layout(tuple(t.shape), tuple(t.stride()), t.dtype, int(t.storage_offset()))
 
 
-def _map_args(value, env):
+# What each FX node lowered to: a BufRef, a tuple of them (None for non-tensor outputs), or the
+# Python value a lowering gave.
+Env = dict[torch.fx.Node, Any]
+
+
+def _map_args(value: object, env: Env) -> Any:
+    """`value` (an FX argument) with its graph nodes replaced by what they lowered to."""
     if isinstance(value, torch.fx.Node):
         return env[value]
     if isinstance(value, (list, tuple)):
@@ -70,7 +77,9 @@ def _map_args(value, env):
     return value
 
 
-def _why_extern(ctx: LoweringContext, target, args, kwargs, val) -> str | None:
+def _why_extern(
+    ctx: LoweringContext, target: object, args: tuple, kwargs: dict[str, Any], val: object
+) -> str | None:
     """None if `target` may be lowered here, else the reason it is an extern call."""
     if not isinstance(target, torch._ops.OpOverload):
         return f"{target} is not an ATen op"
@@ -95,9 +104,16 @@ def _why_extern(ctx: LoweringContext, target, args, kwargs, val) -> str | None:
     return None
 
 
-def _extern(ctx: LoweringContext, target, args, kwargs, val, reason: str):
+def _extern(
+    ctx: LoweringContext,
+    target: object,
+    args: tuple,
+    kwargs: dict[str, Any],
+    val: object,
+    reason: str,
+) -> BufRef | tuple[BufRef | None, ...]:
     multi = isinstance(val, (tuple, list))
-    outs = val if multi else (val,)
+    outs = val if isinstance(val, (tuple, list)) else (val,)
     layouts = tuple(_layout(o) if isinstance(o, torch.Tensor) else None for o in outs)
     name = ctx.fresh("extern")
     node = Extern(name, target, tuple(args), tuple(sorted(kwargs.items())), layouts, multi, reason)
@@ -118,7 +134,7 @@ def _extern(ctx: LoweringContext, target, args, kwargs, val, reason: str):
     )
 
 
-def graph_device(gm: torch.fx.GraphModule, example_inputs) -> torch.device:
+def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[object]) -> torch.device:
     """The device a graph's tensors live on: that of its first tensor not on the CPU (a CPU
     scalar beside GPU tensors is copied over), else the CPU."""
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
@@ -130,14 +146,16 @@ def graph_device(gm: torch.fx.GraphModule, example_inputs) -> torch.device:
 
 @trace.timed("lower")
 def lower_graph(
-    gm: torch.fx.GraphModule, example_inputs, capabilities: Capabilities | None = None
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[object],
+    capabilities: Capabilities | None = None,
 ) -> LoopGraph:
     """The loop IR of `gm` (module doc) for a device with `capabilities`."""
     caps = capabilities if capabilities is not None else DEFAULT_CAPABILITIES
     ensure_meta(gm, example_inputs)
     device = graph_device(gm, example_inputs)
     ctx = LoweringContext(device=device, indirect_loads=caps.indirect_loads, dtypes=caps.dtypes)
-    env: dict[torch.fx.Node, Any] = {}  # what each node lowered to: a BufRef, a tuple of them
+    env: Env = {}
     inputs: list[str] = []
     constants: dict[str, torch.Tensor] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -181,14 +199,14 @@ def lower_graph(
     return graph
 
 
-def _flat_outputs(out):
+def _flat_outputs(out: object) -> list[Any]:
     """The graph's outputs, flattened (the contract is a flat tuple; nested ones are flattened)."""
     import torch.utils._pytree as pytree
 
     return pytree.tree_leaves(out, is_leaf=lambda v: v is None)
 
 
-def _output(value, env):
+def _output(value: object, env: Env) -> str | int | float | bool | None:
     if isinstance(value, torch.fx.Node):
         ref = env[value]
         if not isinstance(ref, BufRef):
@@ -199,11 +217,16 @@ def _output(value, env):
     raise GraphUnsupported(f"output of type {type(value).__name__}")
 
 
-def _lower_node(ctx: LoweringContext, target, args, kwargs, val):
+def _lower_node(
+    ctx: LoweringContext, target: object, args: tuple, kwargs: dict[str, Any], val: object
+) -> object:
     reason = _why_extern(ctx, target, args, kwargs, val)
     if reason is None:
+        # _why_extern checked these: an ATen op with a lowering, tensor (or None) outputs
+        assert isinstance(target, torch._ops.OpOverload)
+        assert val is None or isinstance(val, (torch.Tensor, tuple, list))
         lowering = lowering_for(target)
-        assert lowering is not None  # _why_extern checked that there is one
+        assert lowering is not None
         ctx.out, ctx.op = val, target
         checkpoint = dict(ctx.nodes)
         try:
@@ -221,10 +244,10 @@ def extern_summary(graph: LoopGraph) -> str:
     return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(counts.items()))
 
 
-def is_fallback(node) -> TypeGuard[Extern]:
+def is_fallback(node: object) -> TypeGuard[Extern]:
     """An `Extern` standing for an ATen op kept as is (not one of kiln's own checks)."""
     return isinstance(node, Extern) and not is_check(node)
 
 
-def is_check(node) -> bool:
+def is_check(node: object) -> bool:
     return isinstance(node, Extern) and str(node.target).startswith("kiln.")

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
 import sympy
 import torch
 
-from .indexing import index_vars, indirect_terms, reduce_vars, sympy_str
+from .indexing import Indirect, index_vars, indirect_terms, reduce_vars, sympy_str
 
-SizeT = tuple[Union[int, sympy.Expr], ...]
+IntExpr = Union[int, sympy.Expr]  # a size or an index: a number or an expression over loop vars
+SizeT = tuple[IntExpr, ...]
 
 _SHORT = {
     torch.float32: "f32",
@@ -94,7 +96,7 @@ class Const:
         v = self.value
         return (self.dtype, type(v), struct.pack("<d", v) if isinstance(v, float) else v)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Const) and self._key() == other._key()
 
     def __hash__(self) -> int:
@@ -136,23 +138,23 @@ class Op(_Hashed):
 Expr = Union[Load, Const, IndexValue, Op]
 
 
-def reindex(expr, sub: dict):
+def reindex(expr: Expr, sub: dict) -> Expr:
     """`expr` with its loop variables replaced by the expressions in `sub`."""
     key = tuple(sub.items())
     return map_indices(expr, lambda ix: _xreplace(ix, key))
 
 
 @functools.lru_cache(maxsize=1 << 16)  # every layer of a deep model substitutes the same
-def _xreplace(ix, sub: tuple):
+def _xreplace(ix: sympy.Expr, sub: tuple) -> sympy.Expr:
     return ix.xreplace(dict(sub))
 
 
-def map_indices(expr, fn):
+def map_indices(expr: Expr, fn: Callable[[sympy.Expr], sympy.Expr]) -> Expr:
     """`expr` with `fn` applied to every index expression (of loads and index values); shared
     sub-expressions are rebuilt once."""
-    cache: dict[int, object] = {}
+    cache: dict[int, Expr] = {}
 
-    def go(e):
+    def go(e: Expr) -> Expr:
         hit = cache.get(id(e))
         if hit is not None:
             return hit
@@ -171,7 +173,7 @@ def map_indices(expr, fn):
     return go(expr)
 
 
-def walk(expr: Expr, stop=()):
+def walk(expr: Expr, stop: Container[Expr] = ()) -> Iterator[Expr]:
     """Every sub-expression of `expr` (each distinct one once), children first; the parts of
     one found in `stop` (a renderer's values already computed) are not walked into."""
     seen: set[int] = set()
@@ -200,10 +202,10 @@ def loads(expr: Expr) -> list[Load]:
     return out
 
 
-def index_reads(e) -> list:
+def index_reads(e: Expr) -> list[Indirect]:
     """The `Indirect` terms of a `Load`'s index or an `IndexValue`, inner ones first."""
     exprs = e.index if isinstance(e, Load) else (e.expr,) if isinstance(e, IndexValue) else ()
-    out: dict = {}
+    out: dict[Indirect, None] = {}
     for ix in exprs:
         out.update(dict.fromkeys(indirect_terms(ix)))
     return list(out)
@@ -222,7 +224,7 @@ def _size(size: SizeT) -> str:
     return "[" + ", ".join(sympy_str(s) for s in size) + "]"
 
 
-def contiguous_strides(size: SizeT) -> tuple:
+def contiguous_strides(size: SizeT) -> SizeT:
     strides, acc = [], 1
     for s in reversed(size):
         strides.append(acc)
@@ -230,7 +232,7 @@ def contiguous_strides(size: SizeT) -> tuple:
     return tuple(reversed(strides))
 
 
-def numel(size: SizeT):
+def numel(size: SizeT) -> int | sympy.Expr:
     out = 1
     for s in size:
         out = out * s
@@ -347,7 +349,7 @@ class BufRef:
         return self.name
 
 
-def buf_refs(value):
+def buf_refs(value: object) -> Iterator[BufRef]:
     """The `BufRef`s in an extern call's argument template (nested lists and tuples)."""
     if isinstance(value, BufRef):
         yield value
@@ -382,7 +384,7 @@ class Extern:
         return f"{self.name}: {lay} = extern {self.target}({', '.join(parts)})"
 
 
-def _arg_str(a) -> str:
+def _arg_str(a: object) -> str:
     if isinstance(a, (list, tuple)):
         inner = ", ".join(_arg_str(x) for x in a)
         return f"[{inner}]"
@@ -418,7 +420,7 @@ class LoopGraph:
     def node_map(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}
 
-    def replace(self, nodes) -> LoopGraph:
+    def replace(self, nodes: Iterable[Node]) -> LoopGraph:
         return LoopGraph(tuple(nodes), self.inputs, self.outputs, self.constants)
 
     def __str__(self) -> str:

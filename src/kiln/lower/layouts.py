@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from .context import LoweringContext
 from .indexing import index_vars
 from .ir import BufRef, Pointwise, View, reindex
 
@@ -41,7 +42,7 @@ def dense_order(t: torch.Tensor) -> tuple[int, ...] | None:
     return tuple(order)
 
 
-def store_in_eager_order(ctx, ref, val) -> object:
+def store_in_eager_order(ctx: LoweringContext, ref: object, val: object) -> object:
     """`ref` (a lowering's result) restored in `val`'s memory order when `ref` is a `Pointwise`
     with `val`'s shape and `val` is densely permuted; otherwise `ref` unchanged. A lowering
     with several results (max-pool's values and positions) gives a tuple: each is restored in

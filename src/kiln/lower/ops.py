@@ -64,7 +64,7 @@ def op(name: str, *args: Expr, dtype: torch.dtype | None = None) -> Expr:
     return Op(name, tuple(args), dtype)
 
 
-def const(value, dtype: torch.dtype) -> Const:
+def const(value: bool | int | float, dtype: torch.dtype) -> Const:
     if dtype == torch.bool:
         return Const(bool(value), dtype)
     if dtype.is_floating_point:
@@ -87,21 +87,21 @@ def where(c: Expr, a: Expr, b: Expr) -> Expr:
     return Op("where", (cast(c, torch.bool), a, cast(b, dtype)), dtype)
 
 
-def add(a, b):
+def add(a: Expr, b: Expr) -> Expr:
     return op("add", a, b)
 
 
-def sub(a, b):
+def sub(a: Expr, b: Expr) -> Expr:
     return op("sub", a, b)
 
 
-def mul(a, b):
+def mul(a: Expr, b: Expr) -> Expr:
     return op("mul", a, b)
 
 
-def div(a, b):
+def div(a: Expr, b: Expr) -> Expr:
     return op("truediv", a, b)
 
 
-def scalar(value, like: Expr) -> Const:
+def scalar(value: bool | int | float, like: Expr) -> Const:
     return const(value, like.dtype)

@@ -38,7 +38,9 @@ def resolve(name: str) -> torch._ops.OpOverload:
     return getattr(packet, overload)
 
 
-def register_lowering(*names: str, torch_versions: str = ">=2.11"):
+def register_lowering(
+    *names: str, torch_versions: str = ">=2.11"
+) -> Callable[[Callable], Callable]:
     """Register one function for several overloads. `torch_versions` records where it applies."""
 
     resolved = [resolve(name) for name in names]  # fail at the decorator line, not later
@@ -53,7 +55,7 @@ def register_lowering(*names: str, torch_versions: str = ">=2.11"):
     return deco
 
 
-def lowering_for(op) -> Callable | None:
+def lowering_for(op: torch._ops.OpOverload) -> Callable | None:
     return _LOWERINGS.get(op)
 
 

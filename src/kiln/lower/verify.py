@@ -20,6 +20,7 @@ import torch
 
 from .indexing import index_vars, reduce_vars
 from .ir import (
+    Expr,
     Extern,
     ExternItem,
     IndexValue,
@@ -43,11 +44,11 @@ class IRError(AssertionError):
     pass
 
 
-def _fail(node, rule: str) -> NoReturn:
+def _fail(node: object, rule: str) -> NoReturn:
     raise IRError(f"loop IR invalid at {getattr(node, 'name', node)}: {rule}\n  {node}")
 
 
-def _check_read(node, buf: str, index, defined: dict[str, Node], allowed: set) -> None:
+def _check_read(node: Node, buf: str, index: tuple, defined: dict[str, Node], allowed: set) -> None:
     src = defined.get(buf)
     if src is None:
         _fail(node, f"loads {buf}, which is not defined before it")
@@ -61,7 +62,7 @@ def _check_read(node, buf: str, index, defined: dict[str, Node], allowed: set) -
             _fail(node, f"index uses {sorted(map(str, extra))}, not loop variables here")
 
 
-def _check_body(node, body, defined: dict[str, Node], allowed: set) -> None:
+def _check_body(node: Node, body: Expr, defined: dict[str, Node], allowed: set) -> None:
     for e in walk(body):
         for ind in index_reads(e):
             _check_read(node, ind.buf, ind.index, defined, allowed)

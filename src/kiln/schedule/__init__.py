@@ -20,14 +20,14 @@ from ..lower.verify import verify
 from .arena import Arena, plan_arena
 from .fuel import Fuel
 from .fusion import ExternCall, Kernel, Member, fuse
-from .memory import Alias, Alloc, Free, plan_memory
+from .memory import Alias, Alloc, Free, PlanStep, plan_memory
 from .realize import eliminate_dead, inline_pointwise, materialize_views
 
 
 @dataclass(frozen=True)
 class Schedule:
     graph: LoopGraph
-    steps: tuple
+    steps: tuple[PlanStep, ...]
     arena: Arena = field(default_factory=Arena)  # offsets of buffers kept from call to call
 
     @property
@@ -55,8 +55,7 @@ def schedule(
     graph = check(materialize_views(graph))
     graph = check(inline_pointwise(graph, budget))
     graph = check(eliminate_dead(graph))
-    steps = fuse(graph, budget)
-    steps = plan_memory(graph, steps, out_externs)
+    steps = plan_memory(graph, fuse(graph, budget), out_externs)
     result = Schedule(graph, steps, plan_arena(graph, steps) if arena else Arena())
     logs.log("schedule", lambda: f"schedule ({budget}):\n{result}\n{result.arena}")
     return result
@@ -71,6 +70,7 @@ __all__ = [
     "Fuel",
     "Kernel",
     "Member",
+    "PlanStep",
     "Schedule",
     "schedule",
 ]

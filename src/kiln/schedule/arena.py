@@ -28,13 +28,16 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from ..lower.ir import Extern, ExternItem, LoopGraph, View, node_dtype, node_size
+from ..lower.ir import Extern, ExternItem, LoopGraph, Node, View, node_dtype, node_size
 from .fusion import ExternCall
-from .memory import Alloc, Free, viewed_by_externs
+from .memory import Alloc, Free, PlanStep, viewed_by_externs
+
+Slot = tuple[int, int, str, int]  # (first step, last step, name, bytes)
 
 ALIGN = 64  # bytes: every slot starts on a cache line (and suits every dtype's view)
 # How far the arena may raise the call's peak (a fraction of the graph's own buffers at their
@@ -66,7 +69,7 @@ def held_bytes() -> int:
 
 @dataclass(frozen=True)
 class Arena:
-    offsets: dict = field(default_factory=dict)  # buffer name -> byte offset in the block
+    offsets: dict[str, int] = field(default_factory=dict)  # buffer name -> byte offset in the block
     nbytes: int = 0
 
     def __str__(self) -> str:
@@ -74,8 +77,9 @@ class Arena:
         return f"arena {self.nbytes} bytes: {slots}"
 
 
-def _span_bytes(node) -> int:
+def _span_bytes(node: Node) -> int:
     """Bytes from a buffer's first element to one past its last, as it is laid out."""
+    assert not isinstance(node, View), "a view holds no slot: its base does"
     size, stride = tuple(node_size(node)), tuple(node.layout.stride)
     if any(s == 0 for s in size):
         return 0
@@ -83,7 +87,7 @@ def _span_bytes(node) -> int:
     return span * node_dtype(node).itemsize
 
 
-def plan_arena(graph: LoopGraph, steps) -> Arena:
+def plan_arena(graph: LoopGraph, steps: Sequence[PlanStep]) -> Arena:
     nodes = graph.node_map()
     owner = {n.name: n.base for n in graph.nodes if isinstance(n, View)}
     returned = {o for o in graph.outputs if isinstance(o, str)}
@@ -114,15 +118,15 @@ def plan_arena(graph: LoopGraph, steps) -> Arena:
     return _choose(fixed, [s for s in slots if s not in fixed], len(steps))
 
 
-def _items(graph: LoopGraph, name: str) -> list:
+def _items(graph: LoopGraph, name: str) -> list[ExternItem]:
     return [n for n in graph.nodes if isinstance(n, ExternItem) and n.base == name]
 
 
-def _holds_memory(node) -> bool:
+def _holds_memory(node: Node) -> bool:
     return not (isinstance(node, Extern) and (node.multi or node.layouts[0] is None))
 
 
-def _choose(fixed: list, candidates: list, n: int) -> Arena:
+def _choose(fixed: list[Slot], candidates: list[Slot], n: int) -> Arena:
     """The arena that does not raise the call's peak, if it holds anything; else the one of the
     large slots that raises it by at most `PEAK_SLACK` (the small ones stay outside).
 
@@ -139,7 +143,7 @@ def _choose(fixed: list, candidates: list, n: int) -> Arena:
     return _fit(fixed + [s for s in candidates if s not in large], large, n, PEAK_SLACK)
 
 
-def _fit(fixed: list, candidates: list, n: int, slack: float | None = None) -> Arena:
+def _fit(fixed: list[Slot], candidates: list[Slot], n: int, slack: float | None = None) -> Arena:
     """The arena of the candidate slots that raises the call's peak by at most `slack`
     (default `PEAK_SLACK`).
 
@@ -150,7 +154,7 @@ def _fit(fixed: list, candidates: list, n: int, slack: float | None = None) -> A
     over the peak of all of them at their own times. Two greedy searches (grow from none,
     shrink from all; neither finds the best on every graph) and the one holding more wins."""
 
-    def live(group) -> list[int]:
+    def live(group: list[Slot]) -> list[int]:
         out = [0] * (n + 1)
         for begin, finish, _, size in group:
             for t in range(begin, min(finish, n) + 1):
@@ -161,11 +165,11 @@ def _fit(fixed: list, candidates: list, n: int, slack: float | None = None) -> A
     slack = PEAK_SLACK if slack is None else slack
     bound = max(a + b for a, b in zip(outside, live(candidates))) * (1 + slack)
 
-    def cost(chosen) -> int:
+    def cost(chosen: list[Slot]) -> int:
         others = [s for s in candidates if s not in chosen]
         return _pack(chosen)[1] + max(a + b for a, b in zip(outside, live(others)))
 
-    grown: list = []  # add slots, largest first, each that keeps within the bound
+    grown: list[Slot] = []  # add slots, largest first, each that keeps within the bound
     for slot in sorted(candidates, key=lambda s: (-s[3], s[0], s[2])):
         if cost(grown + [slot]) <= bound:
             grown.append(slot)
@@ -177,11 +181,11 @@ def _fit(fixed: list, candidates: list, n: int, slack: float | None = None) -> A
     return Arena(*_pack(chosen)) if chosen else Arena()
 
 
-def _slot_bytes(nodes: dict, names: list[str]) -> int:
+def _slot_bytes(nodes: dict[str, Node], names: list[str]) -> int:
     return math.ceil(max(_span_bytes(nodes[n]) for n in names) / ALIGN) * ALIGN
 
 
-def _pack(slots: list[tuple[int, int, str, int]]) -> tuple[dict, int]:
+def _pack(slots: list[Slot]) -> tuple[dict[str, int], int]:
     """Offsets for (first step, last step, name, bytes) slots: largest first, each at the
     lowest offset clear of the slots already placed whose steps overlap its own (the greedy
     by size that tensor runtimes use; within a few percent of the peak on kiln's graphs)."""

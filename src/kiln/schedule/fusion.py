@@ -21,10 +21,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Union
 
 from .. import logs
 from ..lower.indexing import index_vars, memory_steps, reduce_vars
-from ..lower.ir import Extern, ExternItem, LoopGraph, Pointwise, Reduction, loads
+from ..lower.ir import (
+    Extern,
+    ExternItem,
+    LoopGraph,
+    Node,
+    Pointwise,
+    Reduction,
+    SizeT,
+    loads,
+)
 from .fuel import Fuel
 
 # A pointwise kernel of its own splits so that each row has at least this many elements.
@@ -66,7 +76,18 @@ class ExternCall:
         return f"extern {self.name}"
 
 
-def _coords(node, m: Member):
+Computed = Union[Pointwise, Reduction]  # the nodes kernels compute
+Step = Union[Kernel, ExternCall]  # what fusion gives, in order
+
+
+def member_node(nodes: dict[str, Node], name: str) -> Computed:
+    """The node of kernel member `name`: only computed nodes join kernels."""
+    node = nodes[name]
+    assert isinstance(node, (Pointwise, Reduction)), f"kernel member {name} is {node}"
+    return node
+
+
+def _coords(node: Computed, m: Member) -> tuple[tuple, tuple, tuple, tuple]:
     """(row vars, row sizes, inner vars, inner sizes) of a member, in its own loop variables."""
     if isinstance(node, Reduction):
         return (
@@ -81,11 +102,11 @@ def _coords(node, m: Member):
     return vs[: m.split], size[: m.split], vs[m.split :], size[m.split :]
 
 
-def _splits(size) -> list[int]:
+def _splits(size: SizeT) -> list[int]:
     return list(range(len(size) + 1))
 
 
-def place(node, outer: int, inner: int) -> Member | None:
+def place(node: Computed, outer: int, inner: int) -> Member | None:
     """Where `node` goes in a kernel of `outer` rows x `inner`, or None if it does not fit."""
     if isinstance(node, Reduction):
         ok = math.prod(node.size) == outer and math.prod(node.reduce_size) == inner
@@ -99,7 +120,7 @@ def place(node, outer: int, inner: int) -> Member | None:
     return None
 
 
-def _reads_ok(node, m: Member, kernel: Kernel, nodes: dict) -> str | None:
+def _reads_ok(node: Computed, m: Member, kernel: Kernel, nodes: dict[str, Node]) -> str | None:
     """None if every load of a kernel member by `node` reads a value of the same row."""
     inside = {x.name: x for x in kernel.members}
     rv, rs, iv, isz = _coords(node, m)
@@ -108,7 +129,7 @@ def _reads_ok(node, m: Member, kernel: Kernel, nodes: dict) -> str | None:
         src_m = inside.get(ld.buf)
         if src_m is None:
             continue
-        src = nodes[ld.buf]
+        src = member_node(nodes, ld.buf)
         srv, srs, siv, sis = _coords(src, src_m)
         per_row_src = src_m.per_row or isinstance(src, Reduction)
         if per_row_src:
@@ -122,7 +143,9 @@ def _reads_ok(node, m: Member, kernel: Kernel, nodes: dict) -> str | None:
     return None
 
 
-def _same_position(index, src_size, my_vars, my_size, ones: set) -> bool:
+def _same_position(
+    index: tuple, src_size: tuple, my_vars: tuple, my_size: tuple, ones: set
+) -> bool:
     """Does `src[index]` (of `src_size`) name the element at loop position `my_vars` (of
     `my_size`)? Dimensions of size 1 do not count: a decode step's [1, 1, 768] row and its
     [1, 1] statistics are the same row however the kernel splits the ones."""
@@ -135,7 +158,7 @@ def _same_position(index, src_size, my_vars, my_size, ones: set) -> bool:
     return all(e == 0 or e in ones for e, n in zip(index, src_size) if n == 1)
 
 
-def _try_join(node, kernel: Kernel, nodes: dict) -> tuple[Kernel | None, str]:
+def _try_join(node: Computed, kernel: Kernel, nodes: dict[str, Node]) -> tuple[Kernel | None, str]:
     outer, inner = kernel.outer, kernel.inner
     has_reduction = any(isinstance(nodes[x.name], Reduction) for x in kernel.members)
     if isinstance(node, Reduction) and not has_reduction:
@@ -143,7 +166,7 @@ def _try_join(node, kernel: Kernel, nodes: dict) -> tuple[Kernel | None, str]:
         outer, inner = math.prod(node.size), math.prod(node.reduce_size)
     members = []
     for x in kernel.members:
-        p = place(nodes[x.name], outer, inner)
+        p = place(member_node(nodes, x.name), outer, inner)
         if p is None:
             return None, f"{x.name} does not split into {outer} rows x {inner}"
         members.append(p)
@@ -161,13 +184,13 @@ def _try_join(node, kernel: Kernel, nodes: dict) -> tuple[Kernel | None, str]:
     return Kernel(kernel.name, outer, inner, tuple(members) + (m,)), ""
 
 
-def _transposed_apart(node, kernel: Kernel, nodes: dict) -> str:
+def _transposed_apart(node: Computed, kernel: Kernel, nodes: dict[str, Node]) -> str:
     """Pointwise nodes of different shapes that share a kernel share one flat loop, so a read
     that is transposed for one of them cannot be tiled (a GPU renderer tiles a kernel whose
     members have one shape: `codegen/triton/heuristics.py`). Q, K-transposed and V of an
     attention layer fused this way took 24 us against 15 us apart (BERT, H200). A reason when
     joining would do that; "" otherwise."""
-    others = [nodes[x.name] for x in kernel.members]
+    others = [member_node(nodes, x.name) for x in kernel.members]
     if all(tuple(o.size) == tuple(node.size) for o in others):
         return ""
     for n in (node, *others):
@@ -181,7 +204,7 @@ def _transposed_apart(node, kernel: Kernel, nodes: dict) -> str:
     return ""
 
 
-def transposed_read(node, nodes: dict) -> tuple[str, int] | None:
+def transposed_read(node: Computed, nodes: dict[str, Node]) -> tuple[str, int] | None:
     """The first buffer `node` reads with its last dimension strided and an earlier one, `d`,
     contiguous, as (buffer, the last such `d`); None if it reads none so. Dimensions shorter
     than TRANSPOSE_MIN do not count. (The Triton renderer tiles such a kernel at `d + 1`.)"""
@@ -190,10 +213,10 @@ def transposed_read(node, nodes: dict) -> tuple[str, int] | None:
         return None
     names = index_vars(len(size))
     for ld in loads(node.body):
-        src = nodes.get(ld.buf)
-        if src is None or getattr(src, "layout", None) is None:
+        layout = getattr(nodes.get(ld.buf), "layout", None)  # a view has none
+        if layout is None:
             continue
-        steps = memory_steps(ld.index, src.layout.stride, names)
+        steps = memory_steps(ld.index, layout.stride, names)
         if steps is None or steps[-1] in (0, 1):
             continue
         for d in range(len(size) - 2, -1, -1):
@@ -206,7 +229,7 @@ def transposed_read(node, nodes: dict) -> tuple[str, int] | None:
 TRANSPOSE_MIN = 16
 
 
-def _new_kernel(node, name: str) -> Kernel:
+def _new_kernel(node: Computed, name: str) -> Kernel:
     if isinstance(node, Reduction):
         outer, inner = math.prod(node.size), math.prod(node.reduce_size)
         return Kernel(name, outer, inner, (Member(node.name, len(node.size), False),))
@@ -218,10 +241,10 @@ def _new_kernel(node, name: str) -> Kernel:
     return Kernel(name, outer, inner, (Member(node.name, k, False),))
 
 
-def fuse(graph: LoopGraph, fuel: Fuel) -> tuple:
+def fuse(graph: LoopGraph, fuel: Fuel) -> tuple[Step, ...]:
     """The steps of `graph`: kernels (fused greedily, in graph order) and extern calls."""
     nodes = graph.node_map()
-    steps: list = []
+    steps: list[Step] = []
     where: dict[str, int] = {}  # buffer name -> index of the step that computes it
     for node in graph.nodes:
         if isinstance(node, Extern):
@@ -235,7 +258,7 @@ def fuse(graph: LoopGraph, fuel: Fuel) -> tuple:
             continue
         deps = [where[ld.buf] for ld in loads(node.body) if ld.buf in where]
         first_ok = max(deps, default=-1)
-        joined = None
+        joined: Kernel | None = None
         for pos in range(len(steps) - 1, max(first_ok, 0) - 1, -1):
             step = steps[pos]
             if pos < first_ok or not isinstance(step, Kernel):
@@ -262,12 +285,12 @@ def fuse(graph: LoopGraph, fuel: Fuel) -> tuple:
     return tuple(_mark_locals(steps, graph))
 
 
-def _mark_locals(steps, graph: LoopGraph):
+def _mark_locals(steps: list[Step], graph: LoopGraph) -> list[Step]:
     from .realize import users
 
     readers = users(graph)
     nodes = graph.node_map()
-    out = []
+    out: list[Step] = []
     for step in steps:
         if isinstance(step, Kernel):
             inside = {m.name for m in step.members}

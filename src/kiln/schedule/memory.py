@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Union
 
 from .. import logs
 from ..lower.ir import (
     Extern,
     ExternItem,
     LoopGraph,
+    Node,
     View,
     buf_refs,
     contiguous_strides,
@@ -34,7 +37,7 @@ from ..lower.ir import (
     node_dtype,
     node_size,
 )
-from .fusion import ExternCall, Kernel
+from .fusion import ExternCall, Kernel, Step, member_node
 
 
 @dataclass(frozen=True)
@@ -62,22 +65,26 @@ class Free:
         return f"free {self.name}"
 
 
-def _reads(step, nodes: dict) -> set[str]:
+PlanStep = Union[Kernel, ExternCall, Alloc, Alias, Free]  # a schedule's steps, in order
+
+
+def _reads(step: Step, nodes: dict[str, Node]) -> set[str]:
     if isinstance(step, Kernel):
         inside = {m.name for m in step.members}
         out: set[str] = set()
         for m in step.members:
-            out.update(ld.buf for ld in loads(nodes[m.name].body))
+            out.update(ld.buf for ld in loads(member_node(nodes, m.name).body))
         return out - (inside & step.local)
     node = nodes[step.name]
+    assert isinstance(node, Extern)
     return {r.name for r in buf_refs((node.args, node.kwargs))}
 
 
-def _key(node) -> tuple:
+def _key(node: Node) -> tuple:
     return node_dtype(node), math.prod(node_size(node))
 
 
-def writes_into_alloc(node, out_externs) -> bool:
+def writes_into_alloc(node: Node, out_externs: Collection) -> bool:
     """An extern call the renderer gives a planned, contiguous output buffer (`out=`)."""
     return (
         isinstance(node, Extern)
@@ -87,10 +94,12 @@ def writes_into_alloc(node, out_externs) -> bool:
     )
 
 
-def plan_memory(graph: LoopGraph, steps, out_externs: frozenset = frozenset()) -> tuple:
+def plan_memory(
+    graph: LoopGraph, steps: Sequence[Step], out_externs: frozenset = frozenset()
+) -> tuple[PlanStep, ...]:
     nodes = graph.node_map()
     views = [n for n in graph.nodes if isinstance(n, View)]
-    items = defaultdict(list)
+    items: defaultdict[str, list[str]] = defaultdict(list)
     for n in graph.nodes:
         if isinstance(n, ExternItem):
             items[n.base].append(n.name)
@@ -124,7 +133,7 @@ def plan_memory(graph: LoopGraph, steps, out_externs: frozenset = frozenset()) -
     live = _live_bytes(len(steps), nodes, produced_at, last, pinned, local)
     peak = max(live, default=0)
 
-    out: list = [Alias(v) for v in aliases_after[-1]]
+    out: list[PlanStep] = [Alias(v) for v in aliases_after[-1]]
     pool: dict[tuple, list[tuple[str, int]]] = defaultdict(list)  # key -> (name, freed after)
     reusable: set[str] = set()
     for k, step in enumerate(steps):
@@ -153,7 +162,9 @@ def plan_memory(graph: LoopGraph, steps, out_externs: frozenset = frozenset()) -
     return tuple(out)
 
 
-def _alias_places(views, first: dict, produced_at: dict) -> tuple[dict, dict]:
+def _alias_places(
+    views: list[View], first: dict[str, int], produced_at: dict[str, int]
+) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
     """(views to alias just before step k, views to alias just after step k; k = -1: first).
 
     A view is made just before the first step that reads it, not as soon as its base exists: a
@@ -161,7 +172,8 @@ def _alias_places(views, first: dict, produced_at: dict) -> tuple[dict, dict]:
     and made them all before its first launch, so the device sat idle that long at each call.
     A view no step reads (a returned one) is made once its base exists. `first`: the first
     step reading each name."""
-    before, after = defaultdict(list), defaultdict(list)
+    before: defaultdict[int, list[str]] = defaultdict(list)
+    after: defaultdict[int, list[str]] = defaultdict(list)
     for v in views:
         made = produced_at.get(v.base, -1)
         if first.get(v.name, -1) > made:
@@ -171,11 +183,18 @@ def _alias_places(views, first: dict, produced_at: dict) -> tuple[dict, dict]:
     return before, after
 
 
-def _bytes(node) -> int:
+def _bytes(node: Node) -> int:
     return math.prod(node_size(node)) * node_dtype(node).itemsize
 
 
-def _live_bytes(n: int, nodes: dict, produced_at: dict, last: dict, pinned, local) -> list[int]:
+def _live_bytes(
+    n: int,
+    nodes: dict[str, Node],
+    produced_at: dict[str, int],
+    last: dict[str, int],
+    pinned: set[str],
+    local: set[str],
+) -> list[int]:
     """Bytes of the graph's own buffers alive during each of the `n` steps when nothing is
     reused: from the step that produces a buffer to its last reader (returned ones and those
     never read: to the end). Views and a kernel's local values hold none. Inputs are left
@@ -214,7 +233,7 @@ def _take(free: list, k: int, live: list[int], peak: int, size: int) -> str | No
 _UNANNOTATED_VIEWS = frozenset({"aten::_unsafe_view"})
 
 
-def viewed_by_externs(graph: LoopGraph, owner: dict) -> set[str]:
+def viewed_by_externs(graph: LoopGraph, owner: dict[str, str]) -> set[str]:
     """Buffers an extern call returns a view of (`as_strided`, `split`, ... kept as ATen
     calls): that view shares their storage, so they never go back to the pool for reuse, nor
     into the arena (the view may be returned)."""

@@ -26,6 +26,7 @@ from .. import logs
 from ..lower.indexing import index_vars, is_affine, linearize
 from ..lower.ir import (
     REALIZED,
+    Expr,
     Extern,
     ExternItem,
     Load,
@@ -93,7 +94,7 @@ def eliminate_dead(graph: LoopGraph) -> LoopGraph:
     return graph.replace(reversed(keep))
 
 
-def _is_check(node) -> bool:
+def _is_check(node: Node) -> bool:
     return isinstance(node, Extern) and node.layouts == (None,) and not node.multi
 
 
@@ -107,7 +108,7 @@ def index_sources(graph: LoopGraph) -> set[str]:
     return out
 
 
-def _storage_index(node, index) -> sympy.Expr | None:
+def _storage_index(node: Node, index: tuple) -> sympy.Expr | None:
     """Linear storage position of `node[index]` if its storage layout is known, else None."""
     if isinstance(node, REALIZED):
         lay = node.layout
@@ -142,14 +143,14 @@ def materialize_views(graph: LoopGraph) -> LoopGraph:
     return graph.replace(out)
 
 
-def _compute(dtype):
+def _compute(dtype: torch.dtype) -> torch.dtype:
     from ..lower.ir import compute_dtype
 
     return compute_dtype(dtype)
 
 
 def _must_realize(
-    node: Pointwise, readers: list[str], nodes: dict, indices: set[str]
+    node: Pointwise, readers: list[str], nodes: dict[str, Node], indices: set[str]
 ) -> str | None:
     """Why `node` needs its own buffer, or None if it can be inlined into every reader."""
     if "<output>" in readers:
@@ -169,7 +170,7 @@ def _must_realize(
     return _broadcast_recompute(node, [nodes[u] for u in readers])
 
 
-def _window_reads(node: Pointwise, readers: list[str], nodes: dict) -> str | None:
+def _window_reads(node: Pointwise, readers: list[str], nodes: dict[str, Node]) -> str | None:
     if isinstance(node.body, Load) or not op_count(node.body):
         return None
     for u in readers:
@@ -181,13 +182,13 @@ def _window_reads(node: Pointwise, readers: list[str], nodes: dict) -> str | Non
     return None
 
 
-def _loop_size(node) -> int | None:
+def _loop_size(node: Node) -> int | None:
     """How many times `node`'s body runs (its elements, times the reduced ones), if static."""
-    size = tuple(node.size) + (tuple(node.reduce_size) if isinstance(node, Reduction) else ())
+    size = tuple(node_size(node)) + (tuple(node.reduce_size) if isinstance(node, Reduction) else ())
     return math.prod(size) if all(isinstance(s, int) for s in size) else None
 
 
-def _broadcast_recompute(node: Pointwise, readers: list) -> str | None:
+def _broadcast_recompute(node: Pointwise, readers: list[Node]) -> str | None:
     """A reason to store `node` when readers that broadcast it would compute its costly ops
     again for each element they read it at (Llama's rotary cos and sin, [seq, dim], read by
     every batch and head of q and k: sixteen times each)."""
@@ -219,7 +220,7 @@ class _Lifetimes:
     kept every earlier layer's projection output alive to the end of the graph.
     """
 
-    def __init__(self, graph: LoopGraph, readers: dict) -> None:
+    def __init__(self, graph: LoopGraph, readers: dict[str, list[str]]) -> None:
         self.pos = {n.name: k for k, n in enumerate(graph.nodes)}
         end = len(graph.nodes)
         self.last = {
@@ -275,8 +276,8 @@ def inline_pointwise(graph: LoopGraph, fuel: Fuel) -> LoopGraph:
     indices = index_sources(graph)
     lifetimes = _Lifetimes(graph, readers)
     inlined: dict[str, Pointwise] = {}
-    out = []
-    memo: dict = {}
+    out: list[Node] = []
+    memo: dict[int, tuple[Expr, Expr]] = {}
     for node in graph.nodes:
         if isinstance(node, (Pointwise, Reduction)):
             node = _with_body(node, _substitute_loads(node.body, inlined, memo))
@@ -296,7 +297,7 @@ def inline_pointwise(graph: LoopGraph, fuel: Fuel) -> LoopGraph:
     return graph.replace(out)
 
 
-def _with_body(node, body):
+def _with_body(node: Pointwise | Reduction, body: Expr) -> Pointwise | Reduction:
     if body is node.body:
         return node
     if isinstance(node, Pointwise):
@@ -304,7 +305,9 @@ def _with_body(node, body):
     return Reduction(node.name, node.size, node.dtype, node.reduce_type, node.reduce_size, body)
 
 
-def _substitute_loads(expr, inlined: dict, memo: dict):
+def _substitute_loads(
+    expr: Expr, inlined: dict[str, Pointwise], memo: dict[int, tuple[Expr, Expr]]
+) -> Expr:
     """`expr` with every load of an inlined node replaced by that node's body at the index."""
     if not inlined:
         return expr
