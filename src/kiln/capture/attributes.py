@@ -59,7 +59,25 @@ def load_attr(interp, obj: Any, name: str, site=None) -> Any:
             tracer.track(value, _attr_source(tracer, obj, src, name, value))
             if seen is _NOTHING:
                 tracer.attr_reads[key] = value
+        elif type(obj) is types.ModuleType:  # (a library module, or a bound method of one)
+            _hold_library_state(tracer, obj, name, value)
     return value
+
+
+def _hold_library_state(tracer, module, name: str, value: Any) -> None:
+    """A library module's attributes are not guarded (a library does not rebind `F.relu`), nor
+    are bound methods, but an object behind them may carry state the program reads and
+    changes: `random.gauss` is
+    a method of the module's hidden Random instance, which keeps `gauss_next` between calls.
+    That object is held by identity, so what the trace reads from its attributes is guarded
+    and what it stores there is replayed."""
+    target = value.__self__ if type(value) is types.MethodType else value
+    if isinstance(target, (type, types.ModuleType, types.FunctionType, torch.nn.Module)):
+        return
+    if not hasattr(target, "__dict__") or tracer.source_of(target) is not None:
+        return
+    label = f"{module.__name__}.{name}" + (".__self__" if target is not value else "")
+    tracer.sources[id(target)] = (target, ConstSource(target, label))
 
 
 def _tensor_instance_attr(tracer, t: torch.Tensor, name: str) -> Any:

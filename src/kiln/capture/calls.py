@@ -201,6 +201,16 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
     if t is types.FunctionType:
         if args and type(args[0]) is environ.ENVIRON_TYPE:
             return environ.call(interp, fn, args, kwargs)
+        if (fn.__module__, fn.__qualname__) in _rng_state_fns():
+            return _break_and_run(
+                interp,
+                fn,
+                args,
+                kwargs,
+                f"{_describe(fn)} reads or sets a random generator's state, which a graph "
+                "does not replay",
+                "it runs between graphs, on every call, as in eager",
+            )
         if fn is _TORCH_IS_COMPILING:
             # kiln is compiling this code: libraries (transformers) take their compile-friendly
             # branches on this, as under torch.compile, instead of data-dependent Python
@@ -261,6 +271,21 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
     if type(call) is types.FunctionType and _inlinable(call):
         return interp_call(interp, call, (fn, *args), kwargs, site)
     return call_builtin(interp, fn, args, kwargs)
+
+
+@functools.lru_cache(maxsize=1)
+def _rng_state_fns() -> frozenset[tuple[str, str]]:
+    """torch's Python functions that read or set a generator's state (torch.manual_seed runs
+    natively and would otherwise happen on the traced call only; a state read would be the
+    traced call's state on every later call), by module and name: importing torch._dynamo
+    rebinds `torch.manual_seed` to a wrapper that keeps both. Generator methods and Python's
+    and NumPy's generators are C calls: graph breaks already."""
+    names = ("manual_seed", "seed", "get_rng_state", "set_rng_state", "initial_seed")
+    fns = [getattr(torch, n, None) for n in names]
+    fns += [getattr(torch.random, n, None) for n in names]
+    cuda_names = (*names, "manual_seed_all", "seed_all", "get_rng_state_all", "set_rng_state_all")
+    fns += [getattr(torch.cuda, n, None) for n in cuda_names]
+    return frozenset((f.__module__, f.__qualname__) for f in fns if callable(f))
 
 
 def _inlinable(fn: types.FunctionType) -> bool:
@@ -360,6 +385,16 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
         or isinstance(owner, types.ModuleType)
         and owner.__name__.startswith("torch")
     ):
+        if _numpy_in(args) or kwargs and _numpy_in(tuple(kwargs.values())):
+            return _break_and_run(
+                interp,
+                fn,
+                args,
+                kwargs,
+                f"torch.{name} reads a NumPy array's data, which a graph would keep as the "
+                "traced call's constant",
+                "make the tensor outside the compiled function, or keep the data in tensors",
+            )
         if _stateful_torch(name):
             return _break_and_run(
                 interp, fn, args, kwargs, f"torch.{name} changes global state a graph cannot replay"
@@ -398,6 +433,10 @@ def note_container_mutation(tracer, obj) -> None:
     if src is not None:
         tracer.side_effects.mutate_container(obj, src)
         tracer.effects_visible = True
+
+
+def _numpy_in(args: tuple) -> bool:
+    return any(type(a).__module__ == "numpy" and hasattr(a, "__array__") for a in args)
 
 
 def _stateful_torch(name: str) -> bool:

@@ -97,6 +97,7 @@ class Tracer:
         self._node_names: dict[int, str] = {}
         self._first_op: fx.Node | None = None  # placeholders go before it
         self._examples: list[tuple[fx.Node, tuple | None]] = []  # see example_values
+        self._numpy_args = False  # the call being recorded has a NumPy argument
         self.grad_enabled = torch.is_grad_enabled()
         self.guards.add(
             G.state_guard("torch.is_grad_enabled()", torch.is_grad_enabled, self.grad_enabled)
@@ -294,6 +295,14 @@ class Tracer:
             return self._not_recorded(info, func, args, kwargs)
         node_args = self._node_args(args)
         node_kwargs = {k: _map(self._as_arg, v) for k, v in kwargs.items()} if kwargs else {}
+        if self._numpy_args:
+            self._numpy_args = False
+            self.graph_break(
+                f"{info.label} reads a NumPy array's data, which a graph would keep as the "
+                "traced call's constant",
+                "make the tensor outside the compiled function, or keep the data in tensors",
+            )
+            return func(*args, **kwargs)
         out = func(*args, **kwargs)
         out_is_tensor = isinstance(out, torch.Tensor)
         if kind == "mutation" or info.in_place or "out" in kwargs:
@@ -395,6 +404,8 @@ class Tracer:
             if node is None:
                 return self._lift_constant(value)
             return node
+        if type(value).__module__ == "numpy" and hasattr(value, "__array__"):
+            self._numpy_args = True  # an ndarray or NumPy scalar: seen by on_torch_call
         return value
 
     def _lift_constant(self, t: torch.Tensor) -> fx.Node:
