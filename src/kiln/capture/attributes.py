@@ -179,9 +179,15 @@ def python_dunder(obj, name: str):
     if isinstance(obj, torch.Tensor):
         return None
     fn = _class_attr(type(obj), name)
-    if type(fn) is types.FunctionType and _inlinable_fn(fn):
+    if type(fn) is types.FunctionType and (_inlinable_fn(fn) or _mixin(fn, obj)):
         return fn
     return None
+
+
+def _mixin(fn, obj) -> bool:
+    from .calls import _mixin_on_user_object
+
+    return _mixin_on_user_object(fn, obj)
 
 
 def store_attr(interp, obj: Any, name: str, value: Any) -> None:

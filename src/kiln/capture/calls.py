@@ -250,6 +250,8 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
         compiled = getattr(fn, "_kiln_compiled", None)
         if compiled is not None:
             return interp_call(interp, compiled.root_callable, args, kwargs, site)
+        if route == "native" and args and _mixin_on_user_object(fn, args[0]):
+            route = "inline"
         if route == "native" or _allow_in_graph.get(id(fn)) is fn:
             return native_call(interp, fn, args, kwargs)
         return interp.call_function(fn, args, kwargs, site)
@@ -286,6 +288,19 @@ def _rng_state_fns() -> frozenset[tuple[str, str]]:
     cuda_names = (*names, "manual_seed_all", "seed_all", "get_rng_state_all", "set_rng_state_all")
     fns += [getattr(torch.cuda, n, None) for n in cuda_names]
     return frozenset((f.__module__, f.__qualname__) for f in fns if callable(f))
+
+
+_MIXIN_MODULES = ("collections", "_collections_abc")
+
+
+def _mixin_on_user_object(fn: types.FunctionType, obj: Any) -> bool:
+    """A method of collections' Python classes (UserList, UserDict, the MutableMapping mixins)
+    called on an instance of a Python class: it runs that class's own methods and changes the
+    object, which kiln must see (natively, the change would happen on the traced call only)."""
+    return fn.__module__ in _MIXIN_MODULES and bool(type(obj).__flags__ & _HEAP_TYPE)
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a `class` statement
 
 
 def _inlinable(fn: types.FunctionType) -> bool:

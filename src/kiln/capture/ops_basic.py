@@ -433,6 +433,9 @@ def subscript(interp, container, key):
     if fn is not None:
         return interp_call(interp, fn, (container, key), {})
     tracer = interp.tracer
+    if isinstance(container, dict) and type(container) is not dict and key not in container:
+        if hasattr(type(container), "__missing__"):  # a defaultdict inserts the key
+            _note_container_mutation(interp, container)
     value = container[key]
     if tracer.recording and isinstance(key, (int, str)) and not isinstance(container, str):
         src = tracer.source_of(container)
@@ -457,6 +460,13 @@ def op_store_subscr(interp, frame, inst):
     value = frame.stack.pop()
     if isinstance(container, (list, dict)):
         _note_container_mutation(interp, container)
+    elif not isinstance(container, torch.Tensor):
+        from .calls import interp_call, python_dunder
+
+        fn = python_dunder(container, "__setitem__")  # a user class's: what it changes is seen
+        if fn is not None:
+            interp_call(interp, fn, (container, key, value), {})
+            return
     container[key] = value
 
 
@@ -466,6 +476,13 @@ def op_delete_subscr(interp, frame, inst):
     container = frame.stack.pop()
     if isinstance(container, (list, dict)):
         _note_container_mutation(interp, container)
+    elif not isinstance(container, torch.Tensor):
+        from .calls import interp_call, python_dunder
+
+        fn = python_dunder(container, "__delitem__")
+        if fn is not None:
+            interp_call(interp, fn, (container, key), {})
+            return
     del container[key]
 
 

@@ -217,17 +217,21 @@ def side_effect_lines(tracer, rb: Rebuilder) -> list[str]:
         elif eff.kind == "container":
             target = eff.source.expr(namer)
             obj = eff.target
+            # the final contents, written through the built-in type's own methods: a subclass's
+            # overrides ran in the trace, and what they did besides is replayed on its own
+            base = namer.const(_builtin_base(type(obj)))
             if isinstance(obj, list):
-                lines.append(f"{target}[:] = {rb.expr(list(obj))}")
+                lines.append(f"{base}.__setitem__({target}, slice(None), {rb.expr(list(obj))})")
             elif isinstance(obj, dict):
                 items = ", ".join(f"({rb.expr(k)}, {rb.expr(v)})" for k, v in obj.items())
                 lines.append(
-                    f"___items = [{items}]; ___d = {target}; ___d.clear(); ___d.update(___items)"
+                    f"___items = [{items}]; ___d = {target}; {base}.clear(___d); "
+                    f"{base}.update(___d, ___items)"
                 )
             elif isinstance(obj, set):
                 lines.append(
-                    f"___items = {rb.expr(list(obj))}; ___s = {target}; ___s.clear(); "
-                    "___s.update(___items)"
+                    f"___items = {rb.expr(list(obj))}; ___s = {target}; {base}.clear(___s); "
+                    f"{base}.update(___s, ___items)"
                 )
             else:
                 raise NotRebuildable(f"mutation of a {type(obj).__name__} from outside")
@@ -256,6 +260,15 @@ def _call_line(eff, rb: Rebuilder) -> str:
     parts = [arg(a) for a in eff.args]
     parts += [f"**{{{k!r}: {arg(v)}}}" for k, v in eff.kwargs.items()]
     return f"{rb.namer.const(eff.target, 'f')}({', '.join(parts)})"
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a `class` statement
+
+
+def _builtin_base(cls: type) -> type:
+    """The nearest class of `cls`'s MRO written in C (list, dict, OrderedDict, defaultdict):
+    its methods change the contents without running a Python subclass's overrides."""
+    return next(c for c in cls.__mro__ if not c.__flags__ & _HEAP_TYPE)
 
 
 def signature_text(sig: inspect.Signature) -> tuple[str, str, tuple, dict]:

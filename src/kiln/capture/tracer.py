@@ -160,11 +160,13 @@ class Tracer:
                 self.track(item, _item(source, i), depth + 1)
         elif type(value) is tuple and all(type(v) in (int, str, bool, float) for v in value):
             self.guards.add(G.constant_guard(source, value))
-        elif type(value) in (list, tuple, collections.deque):
+        elif type(value) in (list, tuple, collections.deque) or _plain_subclass(value, list):
             self.guards.add(G.len_guard(source, value))
             for i, item in enumerate(value):
                 self.track(item, _item(source, i), depth + 1)
-        elif type(value) in (dict, OrderedDict) and all(map(_constant_key, value)):
+        elif (type(value) in (dict, OrderedDict) or _plain_subclass(value, dict)) and all(
+            map(_constant_key, value)
+        ):
             self.guards.add(G.keys_guard(source, value))
             for k, item in value.items():
                 self.track(item, _item(source, k), depth + 1)
@@ -589,6 +591,19 @@ def _has_tensor(x) -> bool:
     if isinstance(x, (tuple, list)):
         return any(_has_tensor(v) for v in x)
     return False
+
+
+_READERS = ("__getitem__", "__len__", "__iter__", "keys", "__contains__")
+
+
+def _plain_subclass(value, base: type) -> bool:
+    """A subclass of list/dict that reads its contents as the base type does: its length,
+    keys and items are guarded like the base type's (through its own type). A subclass that
+    overrides how it is read is guarded by type only (a guard would run its code)."""
+    cls = type(value)
+    if cls is base or not isinstance(value, base):
+        return False
+    return all(getattr(cls, name, None) is getattr(base, name, None) for name in _READERS)
 
 
 def _constant_key(key) -> bool:
