@@ -31,13 +31,64 @@ def _gpt2():
     )
 
 
-# name: (model factory, graphs, breaks)
+def _gpt_neo():  # tensor constants in its joint graph (KeyError: _tensor_constant0 before)
+    return transformers.GPTNeoForCausalLM(
+        transformers.GPTNeoConfig(
+            num_layers=2,
+            hidden_size=64,
+            num_heads=2,
+            attention_types=[[["global", "local"], 1]],
+            max_position_embeddings=64,
+            window_size=8,
+            vocab_size=VOCAB,
+        )
+    )
+
+
+def _falcon():  # tensor constants, as GPT-Neo
+    return transformers.FalconForCausalLM(
+        transformers.FalconConfig(
+            num_hidden_layers=2, hidden_size=64, num_attention_heads=2, vocab_size=VOCAB
+        )
+    )
+
+
+def _mixtral():  # MoE through transformers::grouped_mm_fallback (an old-style Function)
+    return transformers.MixtralForCausalLM(
+        transformers.MixtralConfig(
+            num_hidden_layers=2,
+            hidden_size=64,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=64,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            max_position_embeddings=64,
+            vocab_size=VOCAB,
+        )
+    )
+
+
+def _bloom():  # breaks at alibi.baddbmm once sizes are symbolic: sizes cross the break
+    return transformers.BloomForCausalLM(
+        transformers.BloomConfig(n_layer=2, hidden_size=64, n_head=2, vocab_size=VOCAB)
+    )
+
+
+# name: (model factory, lengths, graphs, breaks). Lengths 16 then 24: a static entry, then
+# one with symbolic lengths. Bloom breaks at `alibi.baddbmm` once sizes are symbolic; its third
+# length makes the continuation trace again with symbolic sizes, from the state the symbolic
+# entry's residual program rebuilt (a stale cache object there once gave wrong sizes).
 MODELS = {
-    "gpt2": (_gpt2, 1, 0),
+    "gpt2": (_gpt2, (16, 16, 24), 2, 0),
+    "gpt_neo": (_gpt_neo, (16, 24), 2, 0),
+    "falcon": (_falcon, (16, 24), 2, 0),
+    "mixtral": (_mixtral, (16, 24), 2, 0),
+    "bloom": (_bloom, (16, 24, 32), 4, 1),
 }
 
 
-def train_and_compare(make, lengths=(16, 16, 16), backend="aot_eager"):
+def train_and_compare(make, lengths, backend="aot_eager"):
     torch.manual_seed(0)
     eager = make().train()
     model = copy.deepcopy(eager)
@@ -69,8 +120,8 @@ def train_and_compare(make, lengths=(16, 16, 16), backend="aot_eager"):
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_hf_training_matches_eager_without_fallbacks(name):
-    make, graphs, breaks = MODELS[name]
-    got_graphs, got_breaks, fallbacks, eager_units = train_and_compare(make)
+    make, lengths, graphs, breaks = MODELS[name]
+    got_graphs, got_breaks, fallbacks, eager_units = train_and_compare(make, lengths)
     assert eager_units == []
     assert fallbacks == []
     assert (got_graphs, got_breaks) == (graphs, breaks)

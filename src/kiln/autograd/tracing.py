@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
 from torch.func import functionalize, vjp
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
@@ -68,12 +69,30 @@ def _functional_body(gm: torch.fx.GraphModule, meta: GraphMeta, grad_enabled: bo
 
 def _trace(fn, args: list, mode: FakeTensorMode, decompositions: dict | None):
     """The traced graph, as a lazy GraphModule (lazy_graphs.py): the later stages read it."""
-    with mode, lazy_graph_modules():
-        traced = make_fx(
-            functionalize(fn, remove="mutations"), decomposition_table=decompositions or {}
-        )(*args)
+    try:
+        with mode, lazy_graph_modules():
+            traced = make_fx(
+                functionalize(fn, remove="mutations"), decomposition_table=decompositions or {}
+            )(*args)
+    except RuntimeError as e:
+        if not _functorch_refused(e):
+            raise
+        with mode, lazy_graph_modules():
+            traced = make_fx(
+                dispatch_functionalize(fn, FunctionalTensorMode()),
+                decomposition_table=decompositions or {},
+            )(*args)
     _drop_input_copy_back(traced)
     return traced
+
+
+def _functorch_refused(e: RuntimeError) -> bool:
+    """An autograd.Function met a functorch transform that cannot run it: `functionalize` runs
+    none, `vjp` no old-style one (without `setup_context`, `forward(ctx, ...)`; the one
+    torch.library makes for a custom op's registered backward is one). The graph is traced
+    again with dispatch-mode functionalisation (and `torch.autograd.grad` for the joint),
+    below autograd, where such Functions run their own forward and backward as in eager."""
+    return "setup_context" in str(e) or "custom_function_call" in str(e)
 
 
 def _drop_input_copy_back(gm: torch.fx.GraphModule) -> None:
@@ -236,8 +255,40 @@ def _trace_vjp(
             torch.empty(shape, dtype=dtype, device=device)
             for shape, dtype, device in (specs[j] for j in diff_outputs)
         ]
-    traced = _trace(joint, [primals, tangents], mode, decompositions)
+    try:
+        traced = _trace(joint, [primals, tangents], mode, decompositions)
+    except RuntimeError as e:
+        if not _functorch_refused(e):
+            raise
+        traced = _trace_autograd(
+            forward, primals, tangents, diff_inputs, diff_outputs, mode, decompositions
+        )
     return Joint(traced, len(primals), len(requires_grad), diff_inputs, diff_outputs)
+
+
+def _trace_autograd(forward, primals, tangents, diff_inputs, diff_outputs, mode, decompositions):
+    """The joint graph by `torch.autograd.grad` on fake inputs that require grad, made
+    functional by `FunctionalTensorMode` (a dispatch mode, below autograd): old-style
+    autograd.Functions run their own forward and backward here as in eager."""
+    leaves = list(primals)
+    for i in diff_inputs:
+        leaves[i] = primals[i].detach().requires_grad_(True)
+
+    def joint(primals, tangents):
+        with torch.enable_grad():
+            outs = tuple(forward(*primals))
+        diff = [outs[j] for j in diff_outputs]
+        wrt = [primals[i] for i in diff_inputs]
+        grads = torch.autograd.grad(diff, wrt, tangents, allow_unused=True) if diff else ()
+        return (*[o.detach() for o in outs], *grads)
+
+    with mode, lazy_graph_modules():
+        traced = make_fx(
+            dispatch_functionalize(joint, FunctionalTensorMode()),
+            decomposition_table=decompositions or {},
+        )(leaves, tangents)
+    _drop_input_copy_back(traced)
+    return traced
 
 
 def _output_values(gm: torch.fx.GraphModule) -> list:

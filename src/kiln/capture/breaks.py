@@ -26,7 +26,7 @@ from .continuations import (
 from .interpreter import Interpreter
 from .residual import NotRebuildable
 from .sources import LocalSource
-from .symbolic import unwrap
+from .symbolic import _Sym, unwrap
 
 
 def handle(cf, tracer, brk: GraphBreakAt) -> Any:
@@ -45,6 +45,7 @@ def handle(cf, tracer, brk: GraphBreakAt) -> Any:
         cf._give_up(f"graph break ({brk.reason}) at a point kiln cannot resume: {e}", tracer)
     step = brk.step
     conts: dict[bool, Any] = {}
+    sized = {i for i, v in enumerate(values) if _has_sym(v)}
     if specs is not None:
         inner_pc = brk.chain[-1].pc
         if step[0] == "call":
@@ -53,6 +54,8 @@ def handle(cf, tracer, brk: GraphBreakAt) -> Any:
             _, _value, target, nxt, jump_if_true = step
             conts[jump_if_true] = continuation(root, with_pc(specs, target, False), len(values))
             conts[not jump_if_true] = continuation(root, with_pc(specs, nxt, False), len(values))
+        for cont in conts.values():
+            cont.sized_slots |= sized
         try:
             cf._install(tracer, None, tail=lambda rb: _tail(rb, step, values, conts))
         except NotRebuildable as e:
@@ -163,13 +166,18 @@ def _make_continuation_class():
             self.root_cf = root
             self.specs = specs
             self.result_slot = nvalues - 1 if specs[-1].stack_nulls[-1:] == (False,) else -1
+            # live values that held symbolic sizes in a trace that broke here (they arrive as
+            # plain numbers: the symbols belonged to that trace's graph)
+            self.sized_slots: set[int] = set()
 
         def _run_root(self, tracer, interp, args, kwargs):
             values = list(args)
             for i, v in enumerate(values):
                 src = LocalSource(f"___v{i}")
-                if i == self.result_slot:
-                    values[i] = tracer.symbolic_value(v, src)  # t.item(), t.tolist(): by use
+                if i in self.sized_slots:  # sizes symbolic before the break: symbols here
+                    values[i] = tracer.symbolic_value(v, src, sized=True)
+                elif i == self.result_slot:  # t.item(), t.tolist(): guarded by use
+                    values[i] = tracer.symbolic_value(v, src)
                 else:
                     tracer.track(v, src)
             frames = build_frames(tracer, self.specs, values)
@@ -182,6 +190,12 @@ def _make_continuation_class():
             return resume_chain(interp, build_frames(interp.tracer, self.specs, list(args)))
 
     return Continuation
+
+
+def _has_sym(v) -> bool:
+    if isinstance(v, _Sym):
+        return True
+    return isinstance(v, (list, tuple)) and any(_has_sym(x) for x in v)
 
 
 _cls = None

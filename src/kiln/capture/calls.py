@@ -10,6 +10,7 @@ still runs, natively, so the traced call finishes with eager's result.
 
 from __future__ import annotations
 
+import abc
 import functools
 import operator
 import types
@@ -191,6 +192,7 @@ _TORCH_NATIVE: set = set()
 _TORCH_IS_COMPILING = torch.compiler.is_compiling
 _TORCH_ASSERT = torch._assert
 _allow_in_graph: dict[int, Any] = {}
+_FUNCTION_APPLY = torch.autograd.Function.apply.__func__
 
 
 # ---- calls --------------------------------------------------------------------------------------
@@ -256,6 +258,8 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
             return native_call(interp, fn, args, kwargs)
         return interp.call_function(fn, args, kwargs, site)
     if t is types.MethodType:
+        if fn.__func__ is _FUNCTION_APPLY and isinstance(fn.__self__, type):
+            return interp.tracer.record_function_apply(fn.__self__, args, kwargs)
         return interp_call(interp, fn.__func__, (fn.__self__, *args), kwargs, site)
     if isinstance(fn, torch.nn.Module):
         return call_module(interp, fn, args, kwargs, site)
@@ -544,7 +548,7 @@ def call_class(interp, cls: type, args: tuple, kwargs: dict) -> Any:
         type(init) is types.FunctionType
         and _inlinable(init)
         and new is object.__new__
-        and type(cls) is type
+        and type(cls) in (type, abc.ABCMeta)  # (object.__new__ refuses abstract ones, as eager)
         and not issubclass(cls, (torch.nn.Module, BaseException, torch.Tensor))
     )
     if user_class:
@@ -564,7 +568,16 @@ def call_class(interp, cls: type, args: tuple, kwargs: dict) -> Any:
             "parameters it creates keep their first call's values; parameters it is given "
             "(a slice of a ModuleList) stay inputs held by reference",
         )
-    return native_call(interp, cls, _trampolines(interp, args), kwargs)
+    obj = native_call(interp, cls, _trampolines(interp, args), kwargs)
+    if type(obj) is cls and hasattr(obj, "__dict__") and not isinstance(obj, _HELD_KINDS):
+        # made here: rebuilt from its state by the residual program, never handed out by
+        # identity (the object of the traced call is not the one a later call makes)
+        interp.tracer.created_objects.add(id(obj))
+        interp.tracer.keepalive.append(obj)
+    return obj
+
+
+_HELD_KINDS = (torch.nn.Module, torch.Tensor, type, types.ModuleType, BaseException)
 
 
 def _zero_arg_super(interp):

@@ -109,7 +109,7 @@ REDUCE = _ReduceMark()
 
 
 def _take_apart(v):
-    if type(v).__module__ == "builtins" and hasattr(v, "__next__"):
+    if type(v).__module__ == "builtins" and hasattr(v, "__next__") and not isinstance(v, type):
         try:
             recipe = v.__reduce__()
         except TypeError as e:

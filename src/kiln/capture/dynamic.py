@@ -14,10 +14,13 @@ no size is specialized up front; what the program and PyTorch's kernels rely on 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
 import torch
+from torch._guards import GuardSource
+from torch._guards import Source as TorchSource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 from torch.utils._pytree import tree_flatten, tree_map
@@ -25,6 +28,20 @@ from torch.utils._sympy.printers import PythonPrinter
 
 from . import guards as G
 from .sources import Namer, Source
+
+
+@dataclass(frozen=True)
+class _NamedSource(TorchSource):
+    """The shape environment's name for a scalar input (its guards are rendered by kiln)."""
+
+    label: str
+
+    @property
+    def name(self) -> str:
+        return self.label
+
+    def guard_source(self):
+        return GuardSource.LOCAL
 
 
 class DynamicShapes:
@@ -48,6 +65,18 @@ class DynamicShapes:
                 self.names[sym] = sympy.Symbol(f"{expr}.size({d})")
         self.fakes[id(t)] = fake
         return fake
+
+    def scalar_input(self, value: int, source: Source) -> torch.SymInt:
+        """A symbolic int input (a size handed across a graph break): a symbol of the shape
+        environment, so what the sizes it meets need of it is a relation (`s1 == s0`), not
+        its value."""
+        expr = source.expr(Namer())
+        sym = self.shape_env.create_symbol(
+            value, _NamedSource(expr), dynamic_dim=DimDynamic.DYNAMIC, positive=None
+        )
+        if isinstance(sym, sympy.Symbol):
+            self.names[sym] = sympy.Symbol(expr)
+        return self.shape_env.create_symintnode(sym, hint=value)
 
     def fake_of(self, t: torch.Tensor) -> torch.Tensor:
         fake = self.fakes.get(id(t))

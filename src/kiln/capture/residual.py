@@ -152,13 +152,13 @@ class Rebuilder:
                 code = self.namer.const(value.__code__, "code")  # e.g. a 3.11 comprehension
                 return f"___function({code}, {self.namer.const(value.__globals__, 'g')})"
             raise NotRebuildable(f"a function created inside the compiled frame ({value!r:.60})")
-        if t.__module__ == "builtins" and hasattr(value, "__next__"):
+        if t.__module__ == "builtins" and hasattr(value, "__next__") and t is not type:
             return self._iterator(value, depth)
         if isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType)):
             return self.namer.const(value)
         if isinstance(value, torch.nn.Module):
             return self.namer.const(value)
-        if hasattr(value, "__dict__") and not hasattr(t, "__slots__"):
+        if hasattr(value, "__dict__") and not _slot_state(t):
             fields = ", ".join(f"{k!r}: {self.expr(v, depth + 1)}" for k, v in vars(value).items())
             return f"___rebuild_object({self.namer.const(t)}, {{{fields}}})"
         raise NotRebuildable(f"a {t.__qualname__} object made inside the compiled frame")
@@ -187,6 +187,18 @@ class Rebuilder:
             fields = ", ".join(f"{k!r}: {self.expr(v, depth + 1)}" for k, v in state.items())
             return f"___rebuild_object({self.namer.const(t)}, {{{fields}}})"
         raise NotRebuildable(f"dataclass {t.__qualname__} with state beyond its fields")
+
+
+def _slot_state(t: type) -> bool:
+    """Does an instance of `t` keep state in slots (which `rebuild_object` does not restore)?
+    `ABC` and friends declare empty `__slots__`: no state there."""
+    for klass in t.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        if isinstance(slots, str):
+            slots = (slots,)
+        if any(name not in ("__dict__", "__weakref__") for name in slots):
+            return True
+    return False
 
 
 def from_reduce(fn, args, state):

@@ -256,21 +256,23 @@ class Tracer:
         self.keepalive += [t for t in (r() for r in self._refs.values()) if t is not None]
         self._refs.clear()
 
-    def symbolic_value(self, value, source: Source, depth: int = 0):
+    def symbolic_value(self, value, source: Source, depth: int = 0, sized: bool = False):
         """Numbers (also inside plain lists/tuples, as `t.tolist()` gives) become symbolic
-        inputs; anything else is tracked as usual."""
+        inputs; anything else is tracked as usual. `sized`: the ints are sizes (symbolic
+        before a graph break), symbols of the shape environment."""
         if type(value) in (int, float):
-            return self.symbolic_scalar(value, source)
+            return self.symbolic_scalar(value, source, sized)
         if type(value) in (list, tuple) and depth < 3 and len(value) <= 4096:
             self.guards.add(G.len_guard(source, value))
             items = [
-                self.symbolic_value(v, _item(source, i), depth + 1) for i, v in enumerate(value)
+                self.symbolic_value(v, _item(source, i), depth + 1, sized)
+                for i, v in enumerate(value)
             ]
             return items if type(value) is list else tuple(items)
         self.track(value, source)
         return value
 
-    def symbolic_scalar(self, value, source: Source):
+    def symbolic_scalar(self, value, source: Source, sized: bool = False):
         """A Python number input that stays symbolic: a graph input guarded only by use."""
         node = self._placeholder(source)
         node.meta["example_value"] = value
@@ -278,7 +280,15 @@ class Tracer:
         self.guards.add(G.type_guard(source, value))
         from .sources import Namer
 
-        return make_sym(self, value, node, source.expr(Namer()))
+        fake = None
+        if sized and type(value) is int:
+            if self.dyn is None:
+                from .dynamic import DynamicShapes
+
+                self.dyn = DynamicShapes()
+                self._hold_intermediates()
+            fake = self.dyn.scalar_input(value, source)
+        return make_sym(self, value, node, source.expr(Namer()), fake)
 
     def _fresh(self, base: str) -> str:
         name, k = base, 1
@@ -334,6 +344,33 @@ class Tracer:
                 return out
         op, target, a, k = node_target(info, node_args, node_kwargs)
         node = self._op_node(op, target, a, k)
+        if self._first_op is None:
+            self._first_op = node
+        self._bind_outputs(out, node)
+        return out
+
+    def record_function_apply(self, cls: type, args: tuple, kwargs: dict):
+        """`cls.apply(*args)` of a `torch.autograd.Function`: one graph node, run as a whole
+        (its own backward is what autograd must use, so its forward's ops are not recorded
+        one by one); AOT autograd differentiates it through that backward."""
+        apply = _apply_function(cls)
+        if self.broken is not None:
+            return apply(*args, **kwargs)
+        node_args = self._node_args(args)
+        node_kwargs = {k: _map(self._as_arg, v) for k, v in kwargs.items()} if kwargs else {}
+        with torch._C.DisableTorchFunction():
+            out = apply(*args, **kwargs)
+        if self.dyn is not None:
+            try:
+                self.dyn.propagate(apply, args, kwargs, out)
+            except Exception as e:  # noqa: BLE001 - the reason is reported
+                self.graph_break(
+                    f"{cls.__qualname__}.apply could not run with symbolic sizes "
+                    f"({type(e).__name__}: {str(e)[:120]})",
+                    "mark fewer dimensions dynamic",
+                )
+                return out
+        node = self._op_node("call_function", apply, node_args, node_kwargs)
         if self._first_op is None:
             self._first_op = node
         self._bind_outputs(out, node)
@@ -536,6 +573,21 @@ class Tracer:
                 self._first_op = self._first_op or node
         self.autocast = state
         self._autocast_flat = _autocast_flat()
+
+
+def _apply_function(cls: type):
+    """A plain function calling `cls.apply`, made once per class: a graph node's target that
+    FX can name and generated code can call."""
+    fn = cls.__dict__.get("_kiln_apply")
+    if fn is None:
+
+        def fn(*args, **kwargs):
+            return cls.apply(*args, **kwargs)
+
+        fn.__name__ = fn.__qualname__ = f"{cls.__name__}_apply"
+        fn.__module__ = cls.__module__
+        cls._kiln_apply = fn
+    return fn
 
 
 def set_autocast(device: str, enabled: bool, dtype: torch.dtype) -> None:
