@@ -78,13 +78,14 @@ def _bloom():  # breaks at alibi.baddbmm once sizes are symbolic: sizes cross th
 # name: (model factory, lengths, graphs, breaks). Lengths 16 then 24: a static entry, then
 # one with symbolic lengths. Bloom breaks at `alibi.baddbmm` once sizes are symbolic; its third
 # length makes the continuation trace again with symbolic sizes, from the state the symbolic
-# entry's residual program rebuilt (a stale cache object there once gave wrong sizes).
+# entry's residual program rebuilt (a stale cache object there once gave wrong sizes), and
+# breaks again there (each layer's baddbmm): two entries of one continuation.
 MODELS = {
     "gpt2": (_gpt2, (16, 16, 24), 2, 0),
     "gpt_neo": (_gpt_neo, (16, 24), 2, 0),
     "falcon": (_falcon, (16, 24), 2, 0),
     "mixtral": (_mixtral, (16, 24), 2, 0),
-    "bloom": (_bloom, (16, 24, 32), 4, 1),
+    "bloom": (_bloom, (16, 24, 32), 5, 1),
 }
 
 
