@@ -22,6 +22,7 @@ SUBCOMMANDS = {
         "build kiln's native guard checks now (else lazily, at nice 19); --status says which",
     ),
     "report": ("kiln.report", "main", "render a compile trace as one HTML page (kiln report DIR)"),
+    "cache": ("kiln.runtime.cache_cli", "main", "kiln cache info | kiln cache clear [--native]"),
     "doctor": ("kiln.doctor", "main", "say what this installation does: compiler, caches, native"),
 }
 
