@@ -28,7 +28,7 @@ def pytest_sessionstart(session):
     that every compiled function in the suite checks its guard tables the same way. Without
     this, tables made in the first ~15 s would run their Python loops and later ones the C++
     (both are tested: tests/capture/test_guard_tables.py, tests/runtime/test_native.py)."""
-    from kiln.runtime import native
+    from kiln import native
 
     native.wait()
 

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import logs
 from .backends import builtin  # noqa: F401  (registers eager / aot_eager / inductor)
 from .backends.registry import known_backend_names, lookup_backend
 from .capture import frontend
@@ -39,6 +40,8 @@ def compile(
         options=options,
         known_backends=known_backend_names(),
     )
+    for key, message in opts.notices:  # accepted values kiln cannot honour yet: said once
+        logs.warn_once(key, message)
     if model is None:
         return lambda fn: _compile_one(fn, opts, disable)
     return _compile_one(model, opts, disable)

@@ -17,7 +17,7 @@ SUBCOMMANDS = {
         "run a script; explain its graphs, breaks, guards (kiln explain script.py)",
     ),
     "native": (
-        "kiln.runtime.native",
+        "kiln.native",
         "main",
         "build kiln's native guard checks now (else lazily, at nice 19); --status says which",
     ),

@@ -16,8 +16,7 @@ import sys
 def lines() -> list[str]:
     import torch
 
-    from . import options
-    from .runtime import native
+    from . import native, options
 
     out = [
         f"kiln: python {platform.python_version()}, torch {torch.__version__}, "

@@ -1,4 +1,4 @@
-"""Guard tables checked natively (capture/guard_tables.py, runtime/native.py): for every change
+"""Guard tables checked natively (capture/guard_tables.py, native/__init__.py): for every change
 to a held tensor, attribute constant, instance dictionary or hook dictionary, the C++ check and
 the table's Python loop give the same answer, and a compiled module sees the change, recompiles
 and matches eager, with the native module loaded and without it."""
@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn as nn
 
+from kiln import native
 from kiln.capture import guards as G
 from kiln.capture.sources import ConstSource, InstanceDictSource, Namer
-from kiln.runtime import native
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -170,7 +170,7 @@ def test_a_compiled_module_uses_native_tables():
 SCRIPT = textwrap.dedent(
     """
     import torch, torch.nn as nn, kiln
-    from kiln.runtime import native
+    from kiln import native
     torch.manual_seed(0)
     mod = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 4)).eval()
     cm = kiln.compile(mod, backend="eager")

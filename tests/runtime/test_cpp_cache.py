@@ -13,6 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import kiln
 from kiln.codegen import Declined, compile_graph
+from kiln.native import compiler
 from kiln.runtime import STATS, ArtifactCache, CacheUnsafe, CompilerNotFound, build, cpp_builder
 from kiln.runtime.cache import ensure_private_dir, open_cache
 
@@ -108,7 +109,7 @@ def test_group_writable_cache_dir_is_refused(tmp_path):
 
 
 def test_missing_compiler_is_a_clear_error_and_graph_runs_eagerly(monkeypatch):
-    monkeypatch.setattr(cpp_builder.shutil, "which", lambda name: None)
+    monkeypatch.setattr(compiler.shutil, "which", lambda name: None)
     cpp_builder.find_compiler.cache_clear()
     try:
         with pytest.raises(CompilerNotFound, match="apt-get install g\\+\\+"):

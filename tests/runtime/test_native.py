@@ -1,4 +1,4 @@
-"""kiln's native checks (runtime/native.py): they build and load; `data_ptrs` answers exactly as
+"""kiln's native checks (native/__init__.py): they build and load; `data_ptrs` answers exactly as
 `Tensor.data_ptr()` does; bad rows are refused with a reason; tables made before the module
 loaded move onto it; and where it cannot be built, kiln says why once and runs correctly."""
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from kiln.runtime import native
+from kiln import native
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -106,7 +106,7 @@ def test_the_cli_builds_and_says_where(run_python):
 SCRIPT = textwrap.dedent(
     """
     import logging, torch, torch.nn as nn, kiln
-    from kiln.runtime import native
+    from kiln import native
     kiln.set_logs("perf_hints")
     torch.manual_seed(0)
     mod = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))

@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from kiln.runtime import native
+from kiln import native
 
 
 @pytest.fixture(scope="module")

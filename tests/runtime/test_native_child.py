@@ -53,7 +53,7 @@ SCRIPT = textwrap.dedent(
     import os, sys, time
     sys.path.insert(0, sys.argv[1])
     import torch, kiln
-    from kiln.runtime import native
+    from kiln import native
     from test_native_child import marked
 
     # a module's parameters are checked by a guard table: the first one starts the build

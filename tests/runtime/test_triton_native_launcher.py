@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from kiln.runtime import native
+from kiln import native
 from kiln.runtime import triton_native_launcher as tnl
 
 

@@ -33,3 +33,10 @@ dynamic.py          dynamic shapes: fake tensors with symbolic sizes, shape guar
 explain.py          kiln.explain and the `kiln explain` command
 errors.py           Unsupported (user-facing) and kiln's internal signals
 """
+
+# The opcode handlers register with bytecode.opcode when imported; the interpreter finds them
+# there (it imports none of them, so no handler module imports it back in a cycle).
+from . import ops_basic, ops_build, ops_call, ops_control  # noqa: E402,F401
+from .bytecode import handler as _handler  # noqa: E402
+
+assert _handler("LOAD_FAST") is not None

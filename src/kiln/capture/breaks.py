@@ -10,14 +10,12 @@ runs eagerly from then on (the current call still finishes through the interpret
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from .. import logs
 from .continuations import (
     GraphBreakAt,
     NotResumable,
-    build_frames,
     continuation_key,
     resume_chain,
     snapshot,
@@ -25,7 +23,6 @@ from .continuations import (
 )
 from .interpreter import Interpreter
 from .residual import NotRebuildable
-from .sources import LocalSource
 from .symbolic import _Sym, unwrap
 
 
@@ -132,77 +129,11 @@ def _resume_concretely(cf, brk: GraphBreakAt, outcome: Any = None, exc=None) -> 
 
 
 def continuation(root, specs, nvalues: int):
-    key = continuation_key(specs)
-    cont = root.continuations.get(key)
-    if cont is None:
-        cont = root.continuations[key] = Continuation(root, specs, nvalues)
-    return cont
-
-
-def _make_continuation_class():
-    from .frontend import CompiledFunction
-
-    class Continuation(CompiledFunction):
-        """The rest of a compiled function after a graph break, as a compiled callable of the
-        frames' live values."""
-
-        def __init__(self, root, specs, nvalues: int) -> None:
-            params = [
-                inspect.Parameter(f"___v{i}", inspect.Parameter.POSITIONAL_ONLY)
-                for i in range(nvalues)
-            ]
-            inner = specs[-1]
-            line = inner.fn.__code__.co_firstlineno
-            label = f"{root.label} [resume in {inner.fn.__qualname__}@{line} pc {inner.pc}]"
-            super().__init__(
-                None,
-                None,
-                root.opts,
-                label,
-                root.root_globals,
-                signature=inspect.Signature(params),
-                backend=root.backend,
-            )
-            self.root_cf = root
-            self.specs = specs
-            self.result_slot = nvalues - 1 if specs[-1].stack_nulls[-1:] == (False,) else -1
-            # live values that held symbolic sizes in a trace that broke here (they arrive as
-            # plain numbers: the symbols belonged to that trace's graph)
-            self.sized_slots: set[int] = set()
-
-        def _run_root(self, tracer, interp, args, kwargs):
-            values = list(args)
-            for i, v in enumerate(values):
-                src = LocalSource(f"___v{i}")
-                if i in self.sized_slots:  # sizes symbolic before the break: symbols here
-                    values[i] = tracer.symbolic_value(v, src, sized=True)
-                elif i == self.result_slot:  # t.item(), t.tolist(): guarded by use
-                    values[i] = tracer.symbolic_value(v, src)
-                else:
-                    tracer.track(v, src)
-            frames = build_frames(tracer, self.specs, values)
-            interp.root_frame = frames[0]
-            interp.root_resumable = True
-            return resume_chain(interp, frames)
-
-        def run_eagerly(self, args: tuple, kwargs: dict):
-            interp = concrete_interpreter(self)
-            return resume_chain(interp, build_frames(interp.tracer, self.specs, list(args)))
-
-    return Continuation
+    """The continuation of `root` at `specs` (made on first use; frontend.Continuation)."""
+    return root.continuation(continuation_key(specs), specs, nvalues)
 
 
 def _has_sym(v) -> bool:
     if isinstance(v, _Sym):
         return True
     return isinstance(v, (list, tuple)) and any(_has_sym(x) for x in v)
-
-
-_cls = None
-
-
-def Continuation(root, specs, nvalues):  # noqa: N802 - a class made lazily (import cycle)
-    global _cls
-    if _cls is None:
-        _cls = _make_continuation_class()
-    return _cls(root, specs, nvalues)

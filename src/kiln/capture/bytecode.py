@@ -18,6 +18,9 @@ PY = sys.version_info[:2]
 # The empty slot CPython's call convention puts beside a callable (PUSH_NULL, LOAD_GLOBAL and
 # LOAD_ATTR with their low bit set): "no self argument".
 NULL = type("NULL", (), {"__repr__": lambda self: "NULL"})()
+# How a frame's run loop ended (the handlers of RETURN_VALUE / YIELD_VALUE say which).
+RETURN = 0
+YIELD = 1
 
 _HANDLERS: dict[str, Callable] = {}
 

@@ -27,7 +27,7 @@ from . import (
     calls,
     module_tree,
 )
-from .continuations import GraphBreakAt
+from .continuations import GraphBreakAt, build_frames, resume_chain
 from .errors import AbortTrace, FullgraphBreak, Unsupported
 from .interpreter import Interpreter
 from .residual import (
@@ -343,6 +343,14 @@ class CompiledFunction:
         self.entry_sources.append(source)
         self.entry_guards.append((list(tracer.guards.guards), namer))
 
+    def continuation(self, key, specs, nvalues: int) -> "Continuation":
+        """The continuation at `specs` (a graph break's rest of the call), made on first use
+        and kept like a frame's compiled entries."""
+        cont = self.continuations.get(key)
+        if cont is None:
+            cont = self.continuations[key] = Continuation(self, specs, nvalues)
+        return cont
+
     def reset(self) -> None:
         self.continuations.clear()
         self.breaks.clear()
@@ -374,6 +382,53 @@ def settle_effects(tracer: Tracer) -> None:
 
 
 _ABSENT = object()
+
+
+class Continuation(CompiledFunction):
+    """The rest of a compiled function after a graph break, as a compiled callable of the
+    frames' live values (breaks.py makes them through `CompiledFunction.continuation`)."""
+
+    def __init__(self, root: CompiledFunction, specs, nvalues: int) -> None:
+        params = [
+            inspect.Parameter(f"___v{i}", inspect.Parameter.POSITIONAL_ONLY) for i in range(nvalues)
+        ]
+        inner = specs[-1]
+        line = inner.fn.__code__.co_firstlineno
+        label = f"{root.label} [resume in {inner.fn.__qualname__}@{line} pc {inner.pc}]"
+        super().__init__(
+            None,
+            None,
+            root.opts,
+            label,
+            root.root_globals,
+            signature=inspect.Signature(params),
+            backend=root.backend,
+        )
+        self.root_cf = root
+        self.specs = specs
+        self.result_slot = nvalues - 1 if specs[-1].stack_nulls[-1:] == (False,) else -1
+        # live values that held symbolic sizes in a trace that broke here (they arrive as
+        # plain numbers: the symbols belonged to that trace's graph)
+        self.sized_slots: set[int] = set()
+
+    def _run_root(self, tracer, interp, args, kwargs):
+        values = list(args)
+        for i, v in enumerate(values):
+            src = LocalSource(f"___v{i}")
+            if i in self.sized_slots:  # sizes symbolic before the break: symbols here
+                values[i] = tracer.symbolic_value(v, src, sized=True)
+            elif i == self.result_slot:  # t.item(), t.tolist(): guarded by use
+                values[i] = tracer.symbolic_value(v, src)
+            else:
+                tracer.track(v, src)
+        frames = build_frames(tracer, self.specs, values)
+        interp.root_frame = frames[0]
+        interp.root_resumable = True
+        return resume_chain(interp, frames)
+
+    def run_eagerly(self, args: tuple, kwargs: dict):
+        interp = breaks.concrete_interpreter(self)
+        return resume_chain(interp, build_frames(interp.tracer, self.specs, list(args)))
 
 
 def _held_positions(tracer: Tracer, inputs: list) -> tuple[int, ...]:

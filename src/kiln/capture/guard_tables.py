@@ -37,7 +37,7 @@ def table_lines(first: Guard, rows: list[tuple], namer: Namer) -> list[str]:
             f"    if not ({check}):",
             "        return ___MISS",
         ]
-    from ..runtime import native  # here: the runtime package imports kiln, which imports this
+    from .. import native  # here: importing it starts nothing, but most guards need none
 
     kind, extra = first.native
     if kind == "tensors":  # (s, type, dtype, sizes, strides, requires_grad[, device])

@@ -13,12 +13,8 @@ import inspect
 import types
 from typing import Any
 
-from . import bytecode
-from .bytecode import CodeInfo, code_info
+from .bytecode import RETURN, YIELD, CodeInfo, code_info  # noqa: F401  (RETURN: re-exported)
 from .errors import KilnInternal
-
-RETURN = 0
-YIELD = 1
 
 CO_VARARGS = inspect.CO_VARARGS
 CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
@@ -265,9 +261,3 @@ def bind_args(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict:
             else:
                 raise TypeError(f"{qual}() missing 1 required keyword-only argument: '{name}'")
     return loc
-
-
-# importing the handler modules registers them with bytecode.opcode
-from . import ops_basic, ops_build, ops_call, ops_control  # noqa: E402,F401
-
-assert bytecode.handler("LOAD_FAST") is not None

@@ -61,7 +61,7 @@ def op_load_const(interp, frame, inst):
 
 @opcode("RETURN_CONST", since=(3, 12))
 def op_return_const(interp, frame, inst):
-    from .interpreter import RETURN
+    from .bytecode import RETURN
 
     return (RETURN, inst.argval)
 

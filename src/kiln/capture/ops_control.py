@@ -9,8 +9,7 @@ which the recorder treats as a graph break. Exceptions use the code's exception 
 from __future__ import annotations
 
 from . import bytecode as bc
-from .bytecode import NULL, opcode
-from .interpreter import RETURN, YIELD
+from .bytecode import NULL, RETURN, YIELD, opcode
 
 
 def _jump(frame, inst):

@@ -46,8 +46,27 @@ ALLOWED: dict[str, frozenset[str]] = {
     "cli": None,  # type: ignore[dict-item]
     "devtools": None,  # type: ignore[dict-item]
     "testing": None,  # type: ignore[dict-item]
+    "doctor": None,  # type: ignore[dict-item]
     "report": None,  # type: ignore[dict-item]
     "__main__": None,  # type: ignore[dict-item]
+}
+
+
+# Cycles known and not yet broken, each with its reason; the test fails on any other cycle, and
+# on an entry here that no longer occurs (so the list only shrinks).
+KNOWN_CYCLES: dict[frozenset[str], str] = {
+    frozenset(
+        {
+            "capture.attributes",
+            "capture.builtin_specials",
+            "capture.calls",
+            "capture.context_vars",
+            "capture.environ",
+            "capture.module_calls",
+        }
+    ): "capture's call dispatch is mutually recursive (calling a module or a builtin calls "
+    "functions again); the handlers import calls.interp_call at call time. To break it, "
+    "reach interp_call through the Interpreter object instead of an import.",
 }
 
 
@@ -221,8 +240,14 @@ def main() -> int:
     for part, deps in sorted(graph(found).items()):
         print(f"  {part:10} -> {', '.join(sorted(deps))}")
     bad = violations(found)
-    for group in cycles(found):
-        bad.append(f"import cycle: {' <-> '.join(group)}")
+    found_cycles = cycles(found)
+    for group in found_cycles:
+        if frozenset(group) in KNOWN_CYCLES:
+            print(f"known import cycle: {' <-> '.join(group)}: {KNOWN_CYCLES[frozenset(group)]}")
+        else:
+            bad.append(f"import cycle: {' <-> '.join(group)}")
+    for gone in set(KNOWN_CYCLES) - {frozenset(g) for g in found_cycles}:
+        bad.append(f"a known cycle is gone; remove it from KNOWN_CYCLES: {sorted(gone)}")
     if bad:
         print(f"\n{len(bad)} import(s) break the layer contracts:")
         for line in bad:

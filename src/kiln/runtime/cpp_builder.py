@@ -19,7 +19,6 @@ import functools
 import hashlib
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import time
 import torch
 
 from .. import options, trace
+from ..native.compiler import COMPILERS, CompilerNotFound, find_compiler  # noqa: F401
 from ..version import __version__ as kiln_version
 from .cache import open_cache
 
@@ -48,34 +48,13 @@ if platform.machine() == "x86_64":
     FLAGS += ("-mprefer-vector-width=512",)
 if sys.platform == "linux" and platform.machine() == "x86_64":
     FLAGS += ("-lmvec",)  # vector exp/log for the prelude's `simd` declarations
-COMPILERS = ("g++", "c++", "clang++")
 
 _loaded: dict[str, LoadedLibrary] = {}
 STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
 
 
-class CompilerNotFound(RuntimeError):
-    pass
-
-
 class BuildError(RuntimeError):
     pass
-
-
-@functools.lru_cache(maxsize=None)
-def find_compiler() -> tuple[str, str]:
-    """(path, version line) of the system C++ compiler."""
-    for name in COMPILERS:
-        path = shutil.which(name)
-        if path:
-            out = subprocess.run([path, "--version"], capture_output=True, text=True)
-            return path, (out.stdout.splitlines() or ["unknown"])[0]
-    raise CompilerNotFound(
-        "kiln's CPU code generator needs a C++ compiler with OpenMP, and none of "
-        f"{', '.join(COMPILERS)} is on PATH. Fix: install one (Debian/Ubuntu: "
-        "`apt-get install g++`; Fedora: `dnf install gcc-c++`; macOS: `brew install gcc`), "
-        "or use backend='aot_eager'."
-    )
 
 
 @functools.lru_cache(maxsize=None)

@@ -33,9 +33,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .. import logs
+from .. import logs, native
 from ..devices import graph_runner_for
-from . import native
 from .device_graphs_outputs import (
     Generation,
     GraphOutput,

@@ -36,7 +36,7 @@ from operator import or_
 
 import torch
 
-from . import native
+from .. import native
 from .triton_native_launcher import NativeLauncher, native_launchers
 
 _data_ptr = torch.Tensor.data_ptr

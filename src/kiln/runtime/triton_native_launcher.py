@@ -93,7 +93,7 @@ def _native_launch():
         return None
     if not triton.__version__.startswith(_TRITON_VERSIONS):
         return None
-    from . import native
+    from .. import native
 
     module = native.start()
     return getattr(module, "launch", None)

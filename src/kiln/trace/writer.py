@@ -12,6 +12,7 @@ removed folder) turns that file's tracing off with one warning: the user's progr
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import threading
@@ -60,9 +61,11 @@ class Writer:
                 self._file.flush()
             except OSError as e:
                 self.broken = True
-                from .. import logs  # here: logs imports this package
-
-                logs.warn(f"kiln trace: cannot write {self.path} ({e}); tracing stops there.")
+                # through `logging` (the `kiln.fallbacks` logger logs.warn uses): logs imports
+                # this package, so this one does not import logs
+                logging.getLogger("kiln.fallbacks").warning(
+                    f"kiln trace: cannot write {self.path} ({e}); tracing stops there."
+                )
 
 
 def writer_for(folder: str) -> Writer:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime import native
+from ... import native
 from ...runtime.cpp_builder import CompilerNotFound, build, find_compiler
 from ...schedule.arena import new_block
 from ..bindings import fast_externs

@@ -17,8 +17,8 @@ import contextlib
 
 import torch
 
+from ... import native
 from ...lower.ir import LoopGraph
-from ...runtime import native
 from ...runtime.triton_builder import (
     TritonNotFound,
     compiling,

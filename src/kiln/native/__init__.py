@@ -239,7 +239,7 @@ def _torch_dirs() -> tuple[list[str], str]:
 
 
 def _command(std: str, out: str) -> list[str]:
-    from .cpp_builder import find_compiler
+    from .compiler import find_compiler
 
     compiler, _ = find_compiler()
     includes, lib = _torch_dirs()
@@ -265,7 +265,7 @@ def _command(std: str, out: str) -> list[str]:
 
 
 def _key() -> str:
-    from .cpp_builder import find_compiler
+    from .compiler import find_compiler
 
     source = b""
     for name in SOURCES:
