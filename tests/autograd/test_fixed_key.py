@@ -22,9 +22,11 @@ def test_captured_graph_uses_one_entry_without_a_key():
     model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
     compiled = kiln.compile(model, backend="aot_eager")
     x = torch.randn(5, 8)
-    before = {id(o) for o in _aot_objects()}
+    # the objects themselves, held: a freed object's id can be reused by the new one
+    before = _aot_objects()
+    held = {id(o) for o in before}
     compiled(x).sum().backward()
-    (aot,) = [o for o in _aot_objects() if id(o) not in before]
+    (aot,) = [o for o in _aot_objects() if id(o) not in held]
     assert aot.fixed_key and aot.only is not None
 
     calls = []
