@@ -326,6 +326,8 @@ class Tracer:
         if not out_is_tensor and not _has_tensor(out) and kind != "mutation":
             if not _has_tensor(args) and not _has_tensor(tuple(kwargs.values())):
                 return out  # a library's __torch_function__ protocol over Python values
+            if type(out) is str and info.name == "type" and len(args) == 1:
+                return out  # `x.type()`: 'torch.FloatTensor', from dtype and device alone
             self.graph_break(
                 f"{info.label} returned a Python value ({type(out).__name__}) computed from "
                 "tensors",
