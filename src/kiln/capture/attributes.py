@@ -193,6 +193,8 @@ def _mixin(fn, obj) -> bool:
 def store_attr(interp, obj: Any, name: str, value: Any) -> None:
     tracer = interp.tracer
     if isinstance(obj, torch.Tensor):
+        if name == "grad" or not hasattr(type(obj), name):
+            return _store_tensor_attr(tracer, obj, name, value)
         tracer.graph_break(
             f"assignment to tensor attribute .{name}", "do it outside the compiled function"
         )
@@ -201,6 +203,17 @@ def store_attr(interp, obj: Any, name: str, value: Any) -> None:
     src = tracer.source_of(obj)
     if src is not None:
         tracer.side_effects.store_attr(obj, src, name)
+        tracer.effects_visible = True
+
+
+def _store_tensor_attr(tracer, t: torch.Tensor, name: str, value: Any) -> None:
+    """`x.grad = g`, `x.tag = ...`: done now, and replayed by the residual program on the
+    tensor it rebuilds (an input through its source, a graph output), with the final value."""
+    with torch._C.DisableTorchFunction():  # the `.grad` setter is no op of the program
+        setattr(t, name, value)
+    tracer.mutated_attrs.add((id(t), name))
+    if tracer.recording:
+        tracer.side_effects.store_tensor_attr(t, name)
         tracer.effects_visible = True
 
 

@@ -9,6 +9,7 @@ and cheap to call.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 import math
@@ -97,7 +98,9 @@ class Rebuilder:
         if id(value) in self._memo:
             return self._memo[id(value)]
         t = type(value)
-        if t in (list, dict, set):
+        if t in (list, dict, set, collections.deque) or (
+            t is types.FunctionType and id(value) in tracer.inner_functions
+        ):  # mutable, or made inside: one object, shared wherever it is reached
             return self._let(value, self._build(value, depth))
         if hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType)):
             if id(value) in tracer.created_objects or dataclasses.is_dataclass(value):
@@ -123,6 +126,9 @@ class Rebuilder:
                 )
                 + "}"
             )
+        if t is collections.deque:
+            inner = ", ".join(self.expr(v, depth + 1) for v in value)
+            return f"{self.namer.const(t)}([{inner}], {value.maxlen!r})"
         if t in (set, frozenset):
             inner = ", ".join(self.expr(v, depth + 1) for v in value)
             return f"{self.namer.const(t)}([{inner}])"
@@ -142,16 +148,20 @@ class Rebuilder:
         if isinstance(value, types.MethodType):
             return f"getattr({self.expr(value.__self__, depth + 1)}, {value.__func__.__name__!r})"
         if isinstance(value, types.BuiltinMethodType) and not isinstance(
-            value.__self__, types.ModuleType
+            value.__self__,
+            (types.ModuleType, type(None)),  # (torch.from_numpy's is None)
         ):
             return f"getattr({self.expr(value.__self__, depth + 1)}, {value.__name__!r})"
         if isinstance(value, types.FunctionType):
             if id(value) not in tracer.inner_functions:
                 return self.namer.const(value)
+            code = self.namer.const(value.__code__, "code")
+            g = self.namer.const(value.__globals__, "g")
             if not value.__closure__ and not value.__defaults__ and not value.__kwdefaults__:
-                code = self.namer.const(value.__code__, "code")  # e.g. a 3.11 comprehension
-                return f"___function({code}, {self.namer.const(value.__globals__, 'g')})"
-            raise NotRebuildable(f"a function created inside the compiled frame ({value!r:.60})")
+                return f"___function({code}, {g})"  # e.g. a 3.11 comprehension
+            return self._function(value, code, g, depth)
+        if t.__module__ == "itertools" and hasattr(value, "__next__"):
+            return self._iterator(value, depth)  # count, chain, islice...: their own recipe
         if t.__module__ == "builtins" and hasattr(value, "__next__") and t is not type:
             return self._iterator(value, depth)
         if isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType)):
@@ -162,6 +172,29 @@ class Rebuilder:
             fields = ", ".join(f"{k!r}: {self.expr(v, depth + 1)}" for k, v in vars(value).items())
             return f"___rebuild_object({self.namer.const(t)}, {{{fields}}})"
         raise NotRebuildable(f"a {t.__qualname__} object made inside the compiled frame")
+
+    def _function(self, fn: types.FunctionType, code: str, g: str, depth: int) -> str:
+        """A function made inside the frame (`def`, lambda, closure): made again from its code,
+        with new cells around the rebuilt contents of the cells the frame made (a closure
+        over the compiled function's own cells keeps those cells)."""
+        cells = []
+        for cell in fn.__closure__ or ():
+            if id(cell) not in self.tracer.inner_cells:
+                cells.append(self.namer.const(cell, "cell"))
+                continue
+            try:
+                contents = cell.cell_contents
+            except ValueError:
+                cells.append("___cell()")
+                continue
+            cells.append(f"___cell({self.expr(contents, depth + 1)})")
+        closure = f"({''.join(c + ', ' for c in cells)})" if cells else "None"
+        defaults = self.expr(fn.__defaults__, depth + 1)
+        kwdefaults = self.expr(fn.__kwdefaults__, depth + 1)
+        return (
+            f"___make_function({code}, {g}, {fn.__name__!r}, {fn.__qualname__!r}, "
+            f"{defaults}, {kwdefaults}, {closure})"
+        )
 
     def _iterator(self, value: Any, depth: int) -> str:
         """A built-in iterator (range, list, zip, enumerate, dict views...) at its position,
@@ -201,6 +234,14 @@ def _slot_state(t: type) -> bool:
     return False
 
 
+def make_function(code, g, name, qualname, defaults, kwdefaults, closure):
+    fn = types.FunctionType(code, g, name, defaults, closure)
+    fn.__qualname__ = qualname
+    if kwdefaults:
+        fn.__kwdefaults__ = kwdefaults
+    return fn
+
+
 def from_reduce(fn, args, state):
     obj = fn(*args)
     if state is not None:
@@ -226,6 +267,9 @@ def side_effect_lines(tracer, rb: Rebuilder) -> list[str]:
                 lines.append(f"setattr({target}, {eff.name!r}, {value})")
             else:
                 lines.append(f"if hasattr({target}, {eff.name!r}): delattr({target}, {eff.name!r})")
+        elif eff.kind == "tensor_attr":
+            value = rb.expr(getattr(eff.target, eff.name, None))
+            lines.append(f"setattr({rb.expr(eff.target)}, {eff.name!r}, {value})")
         elif eff.kind == "container":
             target = eff.source.expr(namer)
             obj = eff.target
@@ -362,6 +406,8 @@ def build_entry(
     scope["___rebuild_object"] = rebuild_object
     scope["___from_reduce"] = from_reduce
     scope["___function"] = types.FunctionType
+    scope["___make_function"] = make_function
+    scope["___cell"] = types.CellType
     code = compile(source, f"<kiln entry {name}>", "exec")
     exec(code, scope)
     fn = scope[name]

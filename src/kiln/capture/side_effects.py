@@ -25,7 +25,7 @@ class Held:
 
 @dataclass
 class Effect:
-    kind: str  # "attr" | "container" | "global" | "cell" | "print" | "call"
+    kind: str  # "attr" | "tensor_attr" | "container" | "global" | "cell" | "print" | "call"
     target: Any = None
     source: Source | None = None
     name: str = ""
@@ -45,6 +45,11 @@ class SideEffects:
 
     def store_attr(self, obj: Any, source: Source, name: str) -> None:
         self._add(("attr", id(obj), name), Effect("attr", obj, source, name))
+
+    def store_tensor_attr(self, t: Any, name: str) -> None:
+        """An attribute set on a tensor (`.grad`, a user's own): the tensor is found again
+        through its source or as a graph output."""
+        self._add(("tattr", id(t), name), Effect("tensor_attr", t, None, name))
 
     def mutate_container(self, obj: Any, source: Source) -> None:
         self._add(("container", id(obj)), Effect("container", obj, source))
