@@ -180,3 +180,28 @@ def test_declined_reaches_the_fallback_record_whatever_the_logs(toy, monkeypatch
     torch.testing.assert_close(f(x), x.cos() + 1)
     got = builtin.fallbacks()[before:]
     assert len(got) == 1 and "toy compiler missing, for this test" in got[0].reason
+
+
+def test_passes_log_shows_the_ir_after_each_pass(monkeypatch):
+    import logging
+
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("kiln.passes").addHandler(handler)
+    kiln.set_logs("passes")
+    try:
+        x = torch.randn(4, 8)
+        gm = make_fx(lambda x: ((x + 1).relu().sum(-1) * 2,))(x)
+        compiled = compile_graph(gm, [x])
+        torch.testing.assert_close(compiled(x)[0], (x + 1).relu().sum(-1) * 2)
+    finally:
+        kiln.set_logs()
+        logging.getLogger("kiln.passes").removeHandler(handler)
+    heads = [m.splitlines()[0] for m in said]
+    assert heads[0] == "after lower (cpu):"
+    assert "after schedule pass inline_pointwise:" in heads
+    assert heads[-2:] == ["after render (C++):", "after wrap:"]
+    lowered = said[0]
+    assert "= pointwise[i0, i1] add(arg0[i0, i1], 1.0:f32)" in lowered
+    assert "= sum[i0] over [r0] in [8]" in lowered

@@ -2,7 +2,7 @@
 
 Takes the first guard of a table (guards.GuardSet.check_lines groups guards of held objects by
 their check) and the table's rows; gives the entry function's lines that check them. Four kinds
-of table have a native check (runtime/native.py): held tensors (type, dtype, device, sizes,
+of table have a native check (kiln/native): held tensors (type, dtype, device, sizes,
 strides, requires_grad), attribute constants read from a held `__dict__`, held objects keeping
 their `__dict__`, and modules with empty hook dictionaries. Those become one call,
 `___tabN.check()`, which runs the table's Python loop until the native module has loaded and its

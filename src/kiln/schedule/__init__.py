@@ -49,12 +49,16 @@ def schedule(
 ) -> Schedule:
     """`out_externs`: extern targets the renderer calls with `out=` (see memory.py);
     `arena`: place the intermediates in one block the wrapper keeps between calls (arena.py)."""
-    check = verify if verify_ir else (lambda g: g)
     budget = Fuel(fuel)
-    graph = check(eliminate_dead(graph))
-    graph = check(materialize_views(graph))
-    graph = check(inline_pointwise(graph, budget))
-    graph = check(eliminate_dead(graph))
+
+    def after(name: str, g: LoopGraph) -> LoopGraph:  # verified (debug) and shown (passes)
+        logs.log("passes", lambda: f"after schedule pass {name}:\n{g}")
+        return verify(g) if verify_ir else g
+
+    graph = after("eliminate_dead", eliminate_dead(graph))
+    graph = after("materialize_views", materialize_views(graph))
+    graph = after("inline_pointwise", inline_pointwise(graph, budget))
+    graph = after("eliminate_dead", eliminate_dead(graph))
     steps = plan_memory(graph, fuse(graph, budget), out_externs)
     result = Schedule(graph, steps, plan_arena(graph, steps) if arena else Arena())
     logs.log("schedule", lambda: f"schedule ({budget}):\n{result}\n{result.arena}")
