@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import torch
+
 from .options import Options
 
 
@@ -52,7 +54,9 @@ class Backend:
         label = name if isinstance(name, str) else getattr(fn, "__name__", repr(fn))
         return cls(label, fn, bool(getattr(fn, "takes_capture_info", False)))
 
-    def __call__(self, gm, example_inputs: list, info: CaptureInfo):
+    def __call__(
+        self, gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo
+    ) -> Callable:
         if self.takes_info:
             return self.fn(gm, example_inputs, info=info)
         return self.fn(gm, example_inputs)

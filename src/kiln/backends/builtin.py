@@ -20,14 +20,18 @@ instead of reporting eager kernels under kiln's name.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from .. import logs
 from ..contracts import CaptureInfo, takes_capture_info
 from .registry import register_backend, register_lazy
+
+if TYPE_CHECKING:  # imported where used: the runtime loads only when a graph needs it
+    from ..runtime.device_graphs import GraphGroup
 
 
 @dataclass(frozen=True)
@@ -59,18 +63,18 @@ def _fell_back(info: CaptureInfo, stage: str, reason: str, message: str | None) 
 
 
 @register_backend(name="eager")
-def eager(gm: torch.fx.GraphModule, example_inputs: list):
+def eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     return gm.forward
 
 
-def _graph_compiler(info: CaptureInfo, checked=()) -> Callable:
+def _graph_compiler(info: CaptureInfo, checked: Iterable[int] = ()) -> Callable:
     """A graph compiler for AOT autograd: each ATen graph through the one pipeline, or on eager
     ATen kernels when the pipeline declines it or fails. `checked`: positions of the graph's
     inputs whose layouts capture's guards check on every call (a forward's inputs are the
     captured tensors); the wrapper does not check them again."""
     from ..codegen import Declined, compile_graph, eager_callable
 
-    def compile_one(aten_gm: torch.fx.GraphModule, inputs: list):
+    def compile_one(aten_gm: torch.fx.GraphModule, inputs: list) -> Callable:
         try:
             compiled = compile_graph(
                 aten_gm, inputs, options=info.options, checked_inputs=tuple(checked)
@@ -94,8 +98,12 @@ def _graph_compiler(info: CaptureInfo, checked=()) -> Callable:
 
 
 def _aot_or_eager(
-    backend: str, gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo, **compilers
-):
+    backend: str,
+    gm: torch.fx.GraphModule,
+    example_inputs: list,
+    info: CaptureInfo,
+    **compilers: Any,
+) -> Callable:
     """`aot_compile(gm, example_inputs, **compilers)`, or, when AOT autograd refuses the graph
     (AotUnsupported, or anything unforeseen), the captured graph on the `eager` backend."""
     from ..autograd import aot_compile
@@ -117,7 +125,9 @@ def _aot_or_eager(
 
 @register_backend(name="inductor")
 @takes_capture_info
-def inductor(gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo | None = None):
+def inductor(
+    gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo | None = None
+) -> Callable:
     """AOT autograd with kiln's code generator compiling the forward and backward graphs."""
     info = info if info is not None else CaptureInfo()
     compiler = _graph_compiler(info)
@@ -159,14 +169,14 @@ register_lazy(
 register_lazy("aot_eager_save_all", "kiln.autograd.backend:aot_eager_save_all", ("debug",))
 
 
-def _device_graph_group(gm: torch.fx.GraphModule, info: CaptureInfo):
+def _device_graph_group(gm: torch.fx.GraphModule, info: CaptureInfo) -> GraphGroup:
     from ..runtime.device_graphs import GraphGroup
 
     static = _tensor_positions(gm, info.static_inputs)
     return GraphGroup(label=info.label, static_inputs=static)
 
 
-def _tensor_positions(gm: torch.fx.GraphModule, positions) -> list[int]:
+def _tensor_positions(gm: torch.fx.GraphModule, positions: Iterable[int]) -> list[int]:
     """Capture's `positions` among all inputs, as positions among the tensor inputs, which the
     AOT graphs take."""
     chosen = set(positions)
@@ -180,7 +190,9 @@ def _is_tensor(placeholder: torch.fx.Node) -> bool:
 
 @register_backend(name="cudagraphs")
 @takes_capture_info
-def cudagraphs(gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo | None = None):
+def cudagraphs(
+    gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo | None = None
+) -> Callable:
     """AOT autograd on eager ATen kernels, forward and backward replayed as device graphs."""
     from ..autograd.backend import eager_graph
     from ..runtime.device_graphs import wrap_compilers

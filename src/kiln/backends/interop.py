@@ -6,12 +6,14 @@ graph captured by TorchDynamo and compiles it exactly as kiln's own capture woul
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .registry import lookup_backend
 
 
-def kiln_backend(gm: torch.fx.GraphModule, example_inputs: list):
+def kiln_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     from . import builtin  # noqa: F401  (registers the built-in backends)
 
     return lookup_backend("inductor")(gm, example_inputs)

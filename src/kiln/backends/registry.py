@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Callable
+from typing import Callable, TypeVar, overload
 
 CompilerFn = Callable
+F = TypeVar("F", bound=Callable)
 
 _backends: dict[str, CompilerFn] = {}
 _lazy: dict[str, str] = {}  # name -> "module:attr", imported on first lookup
 _tags: dict[str, tuple[str, ...]] = {}
 
 
+@overload
 def register_backend(
-    compiler_fn: CompilerFn | None = None, name: str | None = None, tags: tuple[str, ...] = ()
-):
+    compiler_fn: None = None, name: str | None = None, tags: tuple[str, ...] = ()
+) -> Callable[[F], F]: ...
+
+
+@overload
+def register_backend(compiler_fn: F, name: str | None = None, tags: tuple[str, ...] = ()) -> F: ...
+
+
+def register_backend(
+    compiler_fn: Callable | None = None, name: str | None = None, tags: tuple[str, ...] = ()
+) -> Callable:
     """Register a backend; usable as `register_backend(fn)` or `@register_backend(name=...)`."""
     if compiler_fn is None:
         return lambda fn: register_backend(fn, name=name, tags=tags)

@@ -12,7 +12,7 @@ the first one has waited for them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -30,14 +30,14 @@ class FirstCall:
 class CompiledGraph:
     def __init__(
         self,
-        fn,
+        fn: Callable[[list], tuple] | FirstCall,
         sched: Schedule,
         kernel_source: str,
         wrapper_source: str,
         seconds: float,
         device: str = "cpu",
         kernel_language: str = "C++",
-    ):
+    ) -> None:
         self._fn = self._first(fn) if isinstance(fn, FirstCall) else fn
         self.schedule = sched
         self.kernel_source = kernel_source
@@ -48,15 +48,15 @@ class CompiledGraph:
 
     _boxed_call = True  # the wrapper takes one list of inputs and empties it
 
-    def _first(self, pending: FirstCall):
-        def first(args):
+    def _first(self, pending: FirstCall) -> Callable[[list], tuple]:
+        def first(args: list) -> tuple:
             pending.finish()
             self._fn = pending.call
             return pending.call(args)
 
         return first
 
-    def __call__(self, *args):
+    def __call__(self, *args: Any) -> tuple:
         """`compiled([x, y])` (boxed: the list is emptied, so inputs die inside the graph)
         or `compiled(x, y)`."""
         if len(args) == 1 and type(args[0]) is list:
@@ -87,11 +87,11 @@ class CompiledGraph:
         )
 
 
-def eager_callable(gm: torch.fx.GraphModule):
+def eager_callable(gm: torch.fx.GraphModule) -> Callable[..., tuple]:
     """The graph on eager ATen kernels, with the compiled callables' flat-tuple contract: what
     a caller runs when the pipeline declines a graph."""
 
-    def run(*args):
+    def run(*args: Any) -> tuple:
         out = gm(*args)
         return tuple(out) if isinstance(out, (list, tuple)) else (out,)
 

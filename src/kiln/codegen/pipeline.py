@@ -28,6 +28,7 @@ Why it exists: one pipeline with devices as values; a change to any pass is made
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -61,11 +62,11 @@ class DeviceUnavailable(RuntimeError):
 
 def compile_graph(
     gm: torch.fx.GraphModule,
-    example_inputs,
+    example_inputs: Sequence[object],
     device: Device | str | None = None,
     options: Options | None = None,
     *,
-    checked_inputs=(),
+    checked_inputs: Iterable[int] = (),
 ) -> CompiledGraph | Declined:
     """Compile `gm` for `device` (module doc). Errors other than a refusal propagate."""
     try:
@@ -86,12 +87,17 @@ def _declined(d: Declined) -> Declined:
     return d
 
 
-def _resolve(gm, example_inputs, device, options) -> Device:
+def _resolve(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[object],
+    device: Device | str | None,
+    options: Options | None,
+) -> Device:
     if isinstance(device, Device):
         return device
-    if device is None and options is not None:
-        device = options.get("codegen.device")  # None: by the tensors' device type
     name = device
+    if name is None and options is not None:
+        name = options.get("codegen.device")  # None: by the tensors' device type
     dev = device_for(example_inputs, gm, name)
     if dev is None:
         from ..devices import DEVICES, tensor_device_type
@@ -114,11 +120,11 @@ def _rewrites(dev: Device, options: Options | None) -> tuple[str, ...]:
 
 def compile_graph_strict(
     gm: torch.fx.GraphModule,
-    example_inputs,
+    example_inputs: Sequence[object],
     device: Device | str | None = None,
     options: Options | None = None,
     *,
-    checked_inputs=(),
+    checked_inputs: Iterable[int] = (),
 ) -> CompiledGraph:
     """`compile_graph` without turning refusals into `Declined`: `GraphUnsupported` and
     `DeviceUnavailable` propagate (tests and tools use this)."""

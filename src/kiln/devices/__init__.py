@@ -27,6 +27,7 @@ of the pipeline.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Protocol
@@ -183,7 +184,7 @@ def get_device(name: str) -> Device:
     return DEVICES[name]
 
 
-def _tensors(values):
+def _tensors(values: Iterable[object]) -> Iterator[torch.Tensor]:
     for v in values:
         if isinstance(v, torch.Tensor):
             yield v
@@ -191,7 +192,9 @@ def _tensors(values):
             yield from _tensors(v)
 
 
-def tensor_device_type(example_inputs, gm: torch.fx.GraphModule | None = None) -> str:
+def tensor_device_type(
+    example_inputs: Sequence[object], gm: torch.fx.GraphModule | None = None
+) -> str:
     """The device type a graph's tensors live on: that of its first tensor not on the CPU (a
     CPU scalar beside CUDA tensors is copied over by the wrapper), else "cpu"."""
     tensors = list(_tensors(example_inputs))
@@ -204,7 +207,11 @@ def tensor_device_type(example_inputs, gm: torch.fx.GraphModule | None = None) -
     return "cpu"
 
 
-def device_for(example_inputs, gm: torch.fx.GraphModule | None = None, name: str | None = None):
+def device_for(
+    example_inputs: Sequence[object],
+    gm: torch.fx.GraphModule | None = None,
+    name: str | None = None,
+) -> Device | None:
     """The device that compiles a graph: `name` when given, else the one registered under its
     tensors' device type; None when there is none (the graph then runs on eager kernels)."""
     if name is not None:

@@ -22,14 +22,16 @@ named pass, and `KILN_LOGS=passes` prints the graph after each one that changed 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 import torch
 
 from .. import logs
 
 RewriteFn = Callable[[torch.fx.GraphModule, list], int]
+F = TypeVar("F", bound=RewriteFn)  # a rewrite keeps its own signature once registered
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,10 @@ class Rewrite:
 REWRITES: dict[str, Rewrite] = {}
 
 
-def rewrite(name: str) -> Callable[[RewriteFn], RewriteFn]:
+def rewrite(name: str) -> Callable[[F], F]:
     """Register `fn` as the ATen rewrite `name` (names are unique)."""
 
-    def register(fn: RewriteFn) -> RewriteFn:
+    def register(fn: F) -> F:
         if name in REWRITES:
             raise ValueError(f"an ATen rewrite named {name!r} is registered already")
         REWRITES[name] = Rewrite(name, fn, (fn.__doc__ or "").strip().splitlines()[0])
@@ -54,7 +56,7 @@ def rewrite(name: str) -> Callable[[RewriteFn], RewriteFn]:
     return register
 
 
-def check_names(names) -> tuple[str, ...]:
+def check_names(names: Iterable[str]) -> tuple[str, ...]:
     """`names` as a tuple, each one a registered rewrite (a clear error otherwise)."""
     names = tuple(names)
     unknown = [n for n in names if n not in REWRITES]
@@ -66,9 +68,11 @@ def check_names(names) -> tuple[str, ...]:
     return names
 
 
-def run_rewrites(gm: torch.fx.GraphModule, example_inputs, names) -> dict[str, int]:
+def run_rewrites(
+    gm: torch.fx.GraphModule, example_inputs: list, names: Iterable[str]
+) -> dict[str, int]:
     """Run the rewrites `names` on `gm` in order; gives how many places each one changed."""
-    changed = {}
+    changed: dict[str, int] = {}
     for name in check_names(names):
         count = REWRITES[name].fn(gm, example_inputs)
         changed[name] = count

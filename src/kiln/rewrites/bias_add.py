@@ -16,6 +16,8 @@ rounded once more than `addmm`'s (the product, then the sum), as torch.compile's
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from . import rewrite
@@ -25,7 +27,7 @@ _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 @rewrite("unfuse_bias_adds")
-def unfuse_bias_adds(gm: torch.fx.GraphModule, example_inputs=()) -> int:
+def unfuse_bias_adds(gm: torch.fx.GraphModule, example_inputs: Sequence[object] = ()) -> int:
     """Split `addmm` into `mm` + add where only pointwise ops read the product; gives how many."""
     done = 0
     for node in list(gm.graph.nodes):

@@ -24,6 +24,8 @@ optimization).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from . import rewrite
@@ -63,14 +65,14 @@ def _source(clone: torch.fx.Node) -> torch.fx.Node:
     return src
 
 
-def _propagate(gm: torch.fx.GraphModule, example_inputs) -> None:
+def _propagate(gm: torch.fx.GraphModule, example_inputs: Sequence[object]) -> None:
     for n in gm.graph.nodes:
         n.meta.pop("val", None)
     ensure_meta(gm, example_inputs)
 
 
 @rewrite("channels_last_convolutions")
-def channels_last_convolutions(gm: torch.fx.GraphModule, example_inputs) -> int:
+def channels_last_convolutions(gm: torch.fx.GraphModule, example_inputs: Sequence[object]) -> int:
     """Make 2-D convolutions read channels-last inputs (module doc); 1 if the graph changed."""
     graph = gm.graph
     if any(n.target is aten.convolution_backward.default for n in graph.nodes):

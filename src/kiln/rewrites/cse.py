@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import operator
 import struct
+from collections.abc import Sequence
 
 import torch
 from torch.fx import Graph, Node
@@ -71,7 +72,7 @@ def common_subexpressions(graph: Graph) -> dict[Node, Node]:
 
 
 @rewrite("merge_repeats")
-def merge_repeats(gm: torch.fx.GraphModule, example_inputs=()) -> int:
+def merge_repeats(gm: torch.fx.GraphModule, example_inputs: Sequence[object] = ()) -> int:
     """Merge calls that repeat earlier equal ones (module doc); gives how many were merged."""
     repeats = common_subexpressions(gm.graph)
     for node, earlier in repeats.items():
@@ -101,7 +102,7 @@ def _mutates(node: Node) -> bool:
     return node.op == "call_function" and schema is not None and schema.is_mutable
 
 
-def _key(value, repeats: dict):
+def _key(value: object, repeats: dict[Node, Node]) -> object:
     """`value` as a hashable key that is equal only for equal arguments."""
     if isinstance(value, Node):
         return repeats.get(value, value)  # nodes compare by identity

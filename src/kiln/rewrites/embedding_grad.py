@@ -29,6 +29,8 @@ benchmarks/RESULTS.md, eleventh session).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from . import rewrite
@@ -37,7 +39,7 @@ aten = torch.ops.aten
 
 
 @rewrite("scatter_embedding_grads")
-def scatter_embedding_grads(gm: torch.fx.GraphModule, example_inputs=()) -> int:
+def scatter_embedding_grads(gm: torch.fx.GraphModule, example_inputs: Sequence[object] = ()) -> int:
     """Scatter tied embedding gradients, pad position embedding gradients (module doc)."""
     done = 0
     for node in list(gm.graph.nodes):
@@ -87,7 +89,9 @@ def _sole_plain_add(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] 
     return (add, other) if theirs.stride() == total.stride() else None
 
 
-def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node, add, other) -> None:
+def _rewrite(
+    graph: torch.fx.Graph, node: torch.fx.Node, add: torch.fx.Node, other: torch.fx.Node
+) -> None:
     """`index_put` gives a copy of the other operand (its layout), which is the add's result:
     the new node takes the add's `val`."""
     grad, indices = node.args[:2]

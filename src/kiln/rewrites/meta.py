@@ -13,13 +13,15 @@ GPU graph's metadata is the GPU's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from . import rewrite
 
 
 @rewrite("fake_metadata")
-def fake_metadata(gm: torch.fx.GraphModule, example_inputs) -> int:
+def fake_metadata(gm: torch.fx.GraphModule, example_inputs: Sequence[object]) -> int:
     """Give every node its fake output `val` (module doc); gives how many nodes lacked one."""
     nodes = [n for n in gm.graph.nodes if n.op in ("call_function", "placeholder")]
     missing = sum("val" not in n.meta for n in nodes)
@@ -33,6 +35,6 @@ def fake_metadata(gm: torch.fx.GraphModule, example_inputs) -> int:
     return 0  # metadata only: the graph's code is unchanged
 
 
-def ensure_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
+def ensure_meta(gm: torch.fx.GraphModule, example_inputs: Sequence[object]) -> None:
     """`fake_metadata` for the passes and stages that need `val` on every node."""
     fake_metadata(gm, example_inputs)

@@ -12,6 +12,8 @@ with the reason, as before.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from . import rewrite
@@ -21,7 +23,7 @@ _VIEW = torch.ops.aten.as_strided.default
 
 
 @rewrite("functionalize_restrides")
-def functionalize_restrides(gm: torch.fx.GraphModule, example_inputs=()) -> int:
+def functionalize_restrides(gm: torch.fx.GraphModule, example_inputs: Sequence[object] = ()) -> int:
     """Make in-place restrides of intermediates views (module doc); gives how many."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     count = 0
