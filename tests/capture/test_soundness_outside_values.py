@@ -115,17 +115,37 @@ def _inference_aware(x):
     return x + 1 if x.is_inference() else x * 2
 
 
-def test_inference_tensor_input_is_told_apart():
-    compiled = kiln.compile(_inference_aware, backend=CountingBackend())
+def _view_aware(x, y):
+    v = y.view(-1)
+    return x - 1 if v.is_inference() else x + y
+
+
+def _unaware(x, y):
+    return (x * y).sum(0), x.view(-1)
+
+
+def _tensor(inference: bool):
+    if inference:
+        with torch.inference_mode():
+            return torch.randn(3)
+    return torch.randn(3)
+
+
+@pytest.mark.parametrize("fn", [_inference_aware, _view_aware, _unaware], ids=lambda f: f.__name__)
+def test_inference_tensor_input_is_told_apart(fn):
+    compiled = kiln.compile(fn, backend=CountingBackend())
+    nargs = fn.__code__.co_argcount
     for inference in [False, True, False, True]:
-        if inference:
-            with torch.inference_mode():
-                x = torch.randn(3)
-        else:
-            x = torch.randn(3)
-        got = compiled(x)
-        assert_same(got, _inference_aware(x))
-        assert got.is_inference() == _inference_aware(x).is_inference()
+        args = (
+            (torch.randn(3), _tensor(inference))[-nargs:] if nargs == 2 else (_tensor(inference),)
+        )
+        got, expected = compiled(*args), fn(*args)
+        assert_same(got, expected)
+        for g, e in zip(
+            got if isinstance(got, tuple) else (got,),
+            expected if isinstance(expected, tuple) else (expected,),
+        ):
+            assert g.is_inference() == e.is_inference()
 
 
 def _mul(x, k, bias=0.0):

@@ -195,20 +195,22 @@ def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
         )
 
     native = ("tensors", ()) if type(t) in (torch.Tensor, torch.nn.Parameter) else None
-    if source.row() is None:  # (a held tensor is one object: its kind never changes)
-        check += _inference_check(t, held)
     return Guard(source, "TENSOR", check, held, text, native=native)
 
 
 _IS_INFERENCE = torch._C.TensorBase.is_inference  # the unbound method: no attribute lookup
 
 
-def _inference_check(t: torch.Tensor, held: dict) -> str:
-    """Whether the tensor is an inference tensor (made under torch.inference_mode): such a
-    tensor has no version counter or autograd history, and eager refuses some ops on it that
-    a normal tensor allows (and the trace may have read `is_inference()` itself)."""
-    held["inf"] = _IS_INFERENCE
-    return " and {inf}({s})" if _IS_INFERENCE(t) else " and not {inf}({s})"
+def inference_guard(source: Source, t: torch.Tensor) -> Guard:
+    """Whether a tensor input is an inference tensor (made under torch.inference_mode). Added
+    when a trace reads `is_inference()` (see Tracer.note_inference_read): eager's other
+    differences for such tensors (refused in-place updates, refused saving for backward) are
+    errors the compiled graph raises too, and a check on every input of every call would cost
+    a fifth of a microsecond each."""
+    value = bool(_IS_INFERENCE(t))
+    check = "{inf}({s})" if value else "not {inf}({s})"
+    text = "is an inference tensor" if value else "is not an inference tensor"
+    return Guard(source, "INFERENCE", check, {"inf": _IS_INFERENCE}, text)
 
 
 def _device_check(device: torch.device) -> str:
@@ -238,7 +240,6 @@ def dynamic_tensor_guard(source: Source, t: torch.Tensor, dims: set[int]) -> Gua
         + (f" and {static}" if static else "")
     )
     held = {"t": type(t), "d": t.dtype, "dev": t.device}
-    check += _inference_check(t, held)
     shape = [("*" if d in dims else t.size(d)) for d in range(n)]
     text = (
         f"{type(t).__name__}(dtype={t.dtype}, device={t.device}, shape={shape} "

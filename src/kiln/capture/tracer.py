@@ -98,6 +98,7 @@ class Tracer:
         self._first_op: fx.Node | None = None  # placeholders go before it
         self._examples: list[tuple[fx.Node, tuple | None]] = []  # see example_values
         self._numpy_args = False  # the call being recorded has a NumPy argument
+        self.inference_read = False  # the trace read `is_inference()` (inference_guard)
         self.grad_enabled = torch.is_grad_enabled()
         self.guards.add(
             G.state_guard("torch.is_grad_enabled()", torch.is_grad_enabled, self.grad_enabled)
@@ -216,6 +217,8 @@ class Tracer:
         node = self._placeholder(source)
         self.tensor_nodes[key] = node
         self.placeholders.append((source, t, node))
+        if self.inference_read and source.row() is None:
+            self.guards.add(G.inference_guard(source, t))
         dims = self.dynamic_policy(source, t) if self.dynamic_policy else ()
         if dims:
             dims = set(dims)
@@ -383,6 +386,8 @@ class Tracer:
         unbind), a data read or a state change the graph cannot hold (a break)."""
         kind, name = info.kind, info.label
         if kind == "metadata":
+            if info.name == "is_inference" and not self.inference_read:
+                self.note_inference_read()
             if self.dyn is not None and args and isinstance(args[0], torch.Tensor):
                 sym = self._symbolic_metadata(info.name, args, kwargs)
                 if sym is not None:
@@ -399,6 +404,15 @@ class Tracer:
         else:
             self.graph_break(f"{name} cannot be recorded in a graph ({_why(name)})")
         return func(*args, **kwargs)
+
+    def note_inference_read(self) -> None:
+        """The trace read whether a tensor is an inference tensor: a fact about the inputs it
+        came from (a view of an inference input is one too), so every tensor input's kind is
+        guarded, those read before and after."""
+        self.inference_read = True
+        for source, value, _ in self.placeholders:
+            if isinstance(value, torch.Tensor) and source.row() is None:
+                self.guards.add(G.inference_guard(source, value))
 
     def _node_args(self, args: tuple) -> tuple:
         """The FX arguments of a call's positional arguments: tensors become their nodes
