@@ -3,6 +3,8 @@ eagerly) an `int`, `float`, `bool` or `torch.Size`, the compiled function gives 
 type, on the first call (the trace), on later calls, under `dynamic=True` and after a size
 change under the automatic policy. `assert_same` compares types exactly."""
 
+import dataclasses
+
 import pytest
 import torch
 from harness import CountingBackend, assert_same
@@ -110,3 +112,31 @@ def test_value_after_item_break_is_plain():
     for _ in range(3):
         x = torch.randn(4)
         assert_same(compiled(x), fn(x))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Out:
+    n: int
+    t: torch.Tensor
+
+
+class _Made:
+    def __init__(self, n):
+        self.n = n
+        self.sizes = {n: [n - 1]}
+
+
+def _objects(x):
+    return _Out(x.shape[0] * 2, x + 1), _Made(x.shape[0]).__dict__, {x.shape[0]: {x.shape[-1]}}
+
+
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_objects_and_keys_made_in_the_function_hold_plain_numbers(dynamic):
+    _sizes(_objects, SHAPES, dynamic=dynamic)
+    compiled = kiln.compile(
+        lambda x: _Made(x.shape[0] + 1), backend=CountingBackend(), dynamic=dynamic
+    )
+    for n in [3, 5, 6]:
+        made = compiled(torch.randn(n))
+        assert type(made.n) is int and made.n == n + 1
+        assert [type(k) for k in made.sizes] == [int] and type(made.sizes[n + 1][0]) is int

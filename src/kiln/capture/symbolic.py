@@ -66,18 +66,30 @@ def unwrap(value, _seen: set | None = None):
     if isinstance(value, _Sym):
         return value._plain()
     t = type(value)
-    if t in (int, float, bool, str, type(None)) or not isinstance(value, (list, dict, set, tuple)):
+    if t in (int, float, bool, str, type(None)):
+        return value
+    plain_object = not isinstance(value, (list, dict, set, tuple)) and _plain_object(value)
+    if not plain_object and not isinstance(value, (list, dict, set, tuple)):
         return value
     seen = set() if _seen is None else _seen
-    if id(value) in seen:
+    if id(value) in seen or len(seen) > 10000:
         return value
     seen.add(id(value))
-    if isinstance(value, list):
+    if plain_object:  # a dataclass or object the program made: its attributes
+        for k, v in list(vars(value).items()):
+            new = unwrap(v, seen)
+            if new is not v:
+                object.__setattr__(value, k, new)
+    elif isinstance(value, list):
         for i, v in enumerate(value):
             new = unwrap(v, seen)
             if new is not v:
                 list.__setitem__(value, i, new)
     elif isinstance(value, dict):
+        if any(isinstance(k, _Sym) for k in value):  # keys too, in their order
+            items = [(unwrap(k, seen), v) for k, v in value.items()]
+            dict.clear(value)
+            dict.update(value, items)
         for k, v in list(value.items()):
             new = unwrap(v, seen)
             if new is not v:
@@ -101,9 +113,23 @@ def unwrap(value, _seen: set | None = None):
     return value
 
 
-def has_sym(value) -> bool:
-    """A tuple (torch.Size) holding a symbolic size."""
-    return any(isinstance(v, _Sym) for v in value)
+def _plain_object(value) -> bool:
+    """An instance of a Python class holding its state in `__dict__` (not a module, class,
+    function, tensor or nn.Module, whose attributes are no program values)."""
+    import types
+
+    return (
+        type(value).__flags__ & _HEAP_TYPE
+        and hasattr(value, "__dict__")
+        and not isinstance(
+            value,
+            (type, types.ModuleType, types.FunctionType, types.MethodType, torch.Tensor),
+        )
+        and not isinstance(value, torch.nn.Module)
+    )
+
+
+_HEAP_TYPE = 1 << 9
 
 
 def _operand(v):
