@@ -30,9 +30,12 @@ import importlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import torch
+
+if TYPE_CHECKING:  # the type a build returns while kernels still compile (codegen/compiled.py)
+    from ..codegen.compiled import FirstCall
 
 # Every dtype loop IR can express; a device lists the ones its kernels read and write.
 LOOP_DTYPES = frozenset(
@@ -76,7 +79,8 @@ class CodeGen(Protocol):
     missing compiler or package is a reason, and the graph then runs on eager kernels).
     `start(options)` may begin slow set-up early (compile workers). `render` turns a schedule
     into kernel source (an object with `.source` and `.kernels`), `wrap` into the wrapper
-    program (`.source`, `.externs`), and `build` gives the wrapper's `call(args: list)`.
+    program (`.source`, `.externs`), and `build` gives the wrapper's `call(args: list)`, or a
+    `codegen.compiled.FirstCall` whose first run waits for kernels still compiling.
     """
 
     kernel_language: str
@@ -91,7 +95,9 @@ class CodeGen(Protocol):
         self, sched: Any, kernels: Any, checked_inputs: frozenset, capabilities: Capabilities
     ) -> Any: ...
 
-    def build(self, kernels: Any, wrapper: Any, sched: Any, example_inputs: list) -> Callable: ...
+    def build(
+        self, kernels: Any, wrapper: Any, sched: Any, example_inputs: list
+    ) -> Callable | FirstCall: ...
 
 
 def _load(path: str) -> Any:
