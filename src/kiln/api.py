@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -17,6 +18,7 @@ from . import logs
 from .backends import builtin  # noqa: F401  (registers eager / aot_eager / inductor)
 from .backends.registry import known_backend_names, lookup_backend
 from .capture import frontend
+from .capture.bytecode import UNSUPPORTED as UNSUPPORTED_PYTHON
 from .contracts import Backend
 from .options import Options, build_options
 
@@ -56,6 +58,8 @@ def _compile_one(model: Callable, opts: Options, disable: bool):
         )
     if disable:
         return model
+    if UNSUPPORTED_PYTHON is not None:
+        return _unsupported_python(model, opts)
     if inspect.iscoroutinefunction(model) or inspect.isasyncgenfunction(model):
         raise TypeError(
             f"kiln.compile: {getattr(model, '__qualname__', model)!r} is async; kiln compiles "
@@ -73,6 +77,23 @@ def _compile_one(model: Callable, opts: Options, disable: bool):
     compiled_fn._kiln_compiled = compiled  # type: ignore[attr-defined]
     compiled_fn._torchdynamo_orig_callable = model  # type: ignore[attr-defined]
     return compiled_fn
+
+
+_warned_unsupported = False
+
+
+def _unsupported_python(model: Callable, opts: Options):
+    """A Python kiln's interpreter does not know: run eagerly, and say so once per process;
+    fullgraph=True asked for one graph, so it is an error."""
+    global _warned_unsupported
+    from .capture.errors import Unsupported
+
+    if opts.fullgraph:
+        raise Unsupported(f"kiln.compile(fullgraph=True): {UNSUPPORTED_PYTHON}")
+    if not _warned_unsupported:
+        _warned_unsupported = True
+        warnings.warn(UNSUPPORTED_PYTHON, RuntimeWarning, stacklevel=4)
+    return model
 
 
 class OptimizedModule(torch.nn.Module):

@@ -12,6 +12,8 @@ ops_basic.py        handlers: stack, locals, cells, globals, attributes, operato
 ops_build.py        handlers: tuples, lists, sets, dicts, strings, unpacking
 ops_call.py         handlers: calls, keyword names, function creation, intrinsics, imports
 ops_control.py      handlers: jumps, loops, return/yield, exceptions, with
+ops_classes.py      handlers: class statements (__build_class__, the body's name lookups)
+ops_match.py        handlers: match statements' pattern tests
 calls.py            how a call runs: inline, native (recorded), or a graph break
 attributes.py       attribute loads/stores with sources, guards and replayed stores
 module_calls.py     nn.Module calls: hooks + forward
@@ -36,7 +38,8 @@ errors.py           Unsupported (user-facing) and kiln's internal signals
 
 # The opcode handlers register with bytecode.opcode when imported; the interpreter finds them
 # there (it imports none of them, so no handler module imports it back in a cycle).
-from . import ops_basic, ops_build, ops_call, ops_control  # noqa: E402,F401
+from . import ops_basic, ops_build, ops_call, ops_classes, ops_control, ops_match  # noqa: E402,F401
+from .bytecode import UNSUPPORTED as _UNSUPPORTED  # noqa: E402
 from .bytecode import handler as _handler  # noqa: E402
 
-assert _handler("LOAD_FAST") is not None
+assert _UNSUPPORTED or _handler("LOAD_FAST") is not None  # none register on an unknown Python

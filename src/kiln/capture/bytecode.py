@@ -4,6 +4,8 @@ Takes a code object; gives a `CodeInfo`: its instructions (decoded once and cach
 index of each jump target, the exception-table handler of each instruction, and the opcode
 handler of each instruction. Handlers register with `@opcode(name, since=, until=)`, which
 checks that the opcode exists in this interpreter's `dis.opmap` for the versions it claims.
+On a Python whose bytecode kiln does not know (`UNSUPPORTED` says why) nothing registers:
+`import kiln` still works and `kiln.compile` runs functions eagerly (api.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 PY = sys.version_info[:2]
+SUPPORTED = ((3, 11), (3, 12), (3, 13))
+UNSUPPORTED: str | None = (
+    None
+    if PY in SUPPORTED
+    else f"kiln's bytecode interpreter knows Python 3.11, 3.12 and 3.13, not "
+    f"{PY[0]}.{PY[1]}: kiln.compile returns what it is given and it runs eagerly (no graphs, "
+    "no speed-up); use Python 3.11-3.13 to compile"
+)
 
 # The empty slot CPython's call convention puts beside a callable (PUSH_NULL, LOAD_GLOBAL and
 # LOAD_ATTR with their low bit set): "no self argument".
@@ -29,7 +39,7 @@ def opcode(*names: str, since: tuple[int, int] = (3, 11), until: tuple[int, int]
     """Register a handler for opcodes `names` on Python versions since <= v < until."""
 
     def register(fn: Callable) -> Callable:
-        if since <= PY < until:
+        if UNSUPPORTED is None and since <= PY < until:
             for name in names:
                 if name not in dis.opmap:
                     raise AssertionError(f"opcode {name} does not exist on Python {PY}")
@@ -85,10 +95,42 @@ class CodeInfo:
         return self.code.co_filename, line
 
 
+# Opcodes with no handler, and why (tests/capture/test_opcode_coverage.py checks that every
+# other opcode the compiler emits has one). Meeting one makes the frame run eagerly with the
+# reason; under fullgraph=True it is an error.
+NOT_RUN = {
+    "CHECK_EG_MATCH": "`except*`",
+    "PREP_RERAISE_STAR": "`except*`",
+    "CALL_INTRINSIC_2": "`except*` or a generic class/function",
+    # async code is refused before tracing (interpreter.CO_ASYNC)
+    "ASYNC_GEN_WRAP": "async generators",
+    "BEFORE_ASYNC_WITH": "`async with`",
+    "END_ASYNC_FOR": "`async for`",
+    "GET_AITER": "`async for`",
+    "GET_ANEXT": "`async for`",
+    "GET_AWAITABLE": "`await`",
+    # never in a function's code
+    "IMPORT_STAR": "`from m import *`, a SyntaxError outside module level",
+    "PRINT_EXPR": "an expression statement of the interactive prompt",
+    # the interpreter's own, never emitted by the compiler
+    "CACHE": "inline cache entries",
+    "RESERVED": "a reserved number",
+    "INTERPRETER_EXIT": "CPython's interpreter exit",
+    "ENTER_EXECUTOR": "CPython's tier-2 executors",
+    "EXIT_INIT_CHECK": "a specialized __init__ call",
+}
+
+
 def _unknown(interp, frame, inst):
     from .errors import AbortTrace
 
-    raise AbortTrace(f"kiln's interpreter does not implement opcode {inst.opname} on Python {PY}")
+    filename, line = frame.info.location(frame.pc - 1)
+    what = NOT_RUN.get(inst.opname)
+    raise AbortTrace(
+        f"kiln's interpreter does not implement opcode {inst.opname}"
+        + (f" ({what})" if what else "")
+        + f" on Python {PY[0]}.{PY[1]}, at {filename}:{line}"
+    )
 
 
 _cache: dict = {}
@@ -103,7 +145,7 @@ def code_info(code) -> CodeInfo:
 
 # ---- version differences in operands ---------------------------------------------------------
 
-BINARY_OPS: list[str] = [sym for _, sym in dis._nb_ops]  # index -> "+", "+=", ...
+BINARY_OPS: list[str] = [sym for _, sym in getattr(dis, "_nb_ops", ())]  # index -> "+", ...
 
 
 def load_global_pushes_null(inst) -> bool:

@@ -191,6 +191,8 @@ class CompiledFunction:
         except FullgraphBreak as e:
             raise Unsupported(f"{self.label}: {e.message}") from None
         except AbortTrace as e:
+            if self.opts.fullgraph:  # what kiln cannot trace is never one graph
+                raise Unsupported(f"{self.label}: {e.reason} (fullgraph=True)") from None
             self._give_up(e.reason, tracer)
             if tracer.effects_visible or not tracer.context_vars.undo():
                 raise RuntimeError(

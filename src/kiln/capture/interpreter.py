@@ -35,6 +35,7 @@ class Frame:
         "pc",
         "kw_names",
         "parent",
+        "namespace",
     )
 
     def __init__(self, fn: types.FunctionType, locals_: dict) -> None:
@@ -49,6 +50,7 @@ class Frame:
         self.pc = 0
         self.kw_names: tuple = ()
         self.parent: Frame | None = None  # the frame whose CALL receives our return value
+        self.namespace: Any = None  # a class body's namespace (ops_classes.py)
 
     def location(self) -> tuple[str, int | None, str]:
         filename, line = self.info.location(max(self.pc - 1, 0))

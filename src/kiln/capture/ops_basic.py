@@ -183,11 +183,6 @@ def op_delete_deref(interp, frame, inst):
     del cell.cell_contents
 
 
-@opcode("LOAD_CLASSDEREF", until=(3, 12))
-def op_load_classderef(interp, frame, inst):
-    op_load_deref(interp, frame, inst)
-
-
 # ---- globals -----------------------------------------------------------------------------------
 @opcode("LOAD_GLOBAL")
 def op_load_global(interp, frame, inst):
@@ -220,11 +215,6 @@ def load_global(interp, frame, name):
             tracer.guards.add(G.not_in_guard(ConstSource(g, f"G({g.get('__name__')})"), name))
         return frame.builtins[name]
     raise NameError(f"name '{name}' is not defined")
-
-
-@opcode("LOAD_NAME")
-def op_load_name(interp, frame, inst):
-    frame.stack.append(load_global(interp, frame, inst.argval))
 
 
 @opcode("STORE_GLOBAL")
