@@ -192,7 +192,19 @@ _TORCH_NATIVE: set = set()
 _TORCH_IS_COMPILING = torch.compiler.is_compiling
 _TORCH_ASSERT = torch._assert
 _allow_in_graph: dict[int, Any] = {}
-_FUNCTION_APPLY = torch.autograd.Function.apply.__func__
+# autograd.Function.apply: a Python classmethod up to torch 2.13, a C one from 2.14 (bound, a
+# builtin method whose __self__ is the Function class)
+_FUNCTION_APPLY = getattr(torch.autograd.Function.apply, "__func__", None)
+
+
+def _is_c_function_apply(fn) -> bool:
+    owner = getattr(fn, "__self__", None)
+    return (
+        type(fn) is types.BuiltinMethodType
+        and isinstance(owner, type)
+        and issubclass(owner, torch.autograd.Function)
+        and fn.__name__ == "apply"
+    )
 
 
 # ---- calls --------------------------------------------------------------------------------------
@@ -268,6 +280,8 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
     if isinstance(fn, type):
         return call_class(interp, fn, args, kwargs)
     if isinstance(fn, BUILTIN_TYPES):
+        if _FUNCTION_APPLY is None and _is_c_function_apply(fn):
+            return interp.tracer.record_function_apply(fn.__self__, args, kwargs)
         return call_builtin(interp, fn, args, kwargs)
     if t is effect_calls.LRU_WRAPPER:
         return effect_calls.cached_call(
