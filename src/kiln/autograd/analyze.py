@@ -20,6 +20,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .errors import AotUnsupported
 
@@ -118,8 +119,10 @@ def analyze(gm: torch.fx.GraphModule, inputs: list, grad_enabled: bool) -> Graph
     fakes = fake_inputs(mode, inputs)
     tensors = [x for x in fakes if isinstance(x, torch.Tensor)]
     before = [(x._version, x.shape, x.stride(), x.storage_offset()) for x in tensors]
+    grad_fns = [x.grad_fn for x in tensors]
     interp = GradModeInterpreter(gm, grad_enabled)
-    with mode:
+    writes = _WrittenTensors()
+    with mode, writes:
         out = interp.run(*fakes)
     flat, spec = pytree.tree_flatten(out)
     meta = GraphMeta(num_inputs=len(fakes), out_spec=spec)
@@ -127,15 +130,19 @@ def analyze(gm: torch.fx.GraphModule, inputs: list, grad_enabled: bool) -> Graph
     meta.final_grad_mode = interp.grad_enabled
 
     tensor_pos = [i for i, x in enumerate(fakes) if isinstance(x, torch.Tensor)]
-    for pos, x, (version, shape, stride, offset) in zip(tensor_pos, tensors, before):
+    for pos, x, (version, shape, stride, offset), grad_fn in zip(
+        tensor_pos, tensors, before, grad_fns
+    ):
         if (x.shape, x.stride(), x.storage_offset()) != (shape, stride, offset):
             raise AotUnsupported(
                 f"input {pos} changes shape or strides in place (resize_, t_, as_strided_, ...)",
                 "make the reshaping out of place (x = x.t()), or compile with backend='eager'",
             )
-        if x._version != version:
+        if x._version != version or id(x) in writes.ids:
             meta.mutated.append(pos)
-            meta.mutated_requires_grad.append(bool(x.requires_grad))
+            # autograd saw the change only if it gave the input a new history: a parameter an
+            # optimizer updates under no_grad keeps requires_grad but needs no gradient
+            meta.mutated_requires_grad.append(bool(x.requires_grad) and x.grad_fn is not grad_fn)
     _check_mutated_inputs_do_not_alias(meta, fakes)
 
     node_of = {id(v): n for n, v in interp.values.items() if isinstance(v, torch.Tensor)}
@@ -146,6 +153,27 @@ def analyze(gm: torch.fx.GraphModule, inputs: list, grad_enabled: bool) -> Graph
     values = [fakes[i] for i in meta.mutated] + fresh + [interp.values[b] for b in meta.bases]
     meta.value_specs = [(tuple(v.shape), v.dtype, v.device) for v in values]
     return meta
+
+
+class _WrittenTensors(TorchDispatchMode):
+    """Ids of the tensors ATen ops write to, by their schemas. Fake tensors' version counters
+    miss some writes (`_foreach_add_` on fakes runs as out-of-place ops and copies)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func._schema.is_mutable:
+            for i, arg in enumerate(func._schema.arguments):
+                if arg.alias_info is None or not arg.alias_info.is_write:
+                    continue
+                value = args[i] if i < len(args) else kwargs.get(arg.name)
+                for t in pytree.tree_leaves(value):
+                    if isinstance(t, torch.Tensor):
+                        self.ids.add(id(t))
+        return func(*args, **kwargs)
 
 
 def _check_mutated_inputs_do_not_alias(meta: GraphMeta, fakes: list) -> None:

@@ -8,6 +8,8 @@ The pipeline, one named call a pass (`_compile_entry`):
 
     simplify_attention_masks     once a graph: constant attention masks that mask nothing or
                                  are causal leave the SDPA call (its fused kernels take no mask)
+    rewrite_tensor_scalars       once a graph: `alpha=`/`value=` given as a tensor becomes
+                                 tensor arithmetic (eager reads it with .item())
     analyze                      fake run: mutated inputs, output aliasing, requires_grad
     trace_inference              no gradient needed: one functional decomposed graph, or
     trace_training -> partition_joint
@@ -46,6 +48,7 @@ from .analyze import analyze
 from .attention_masks import simplify_attention_masks
 from .partition import Partition, partition_joint
 from .runtime import InferenceEntry, TrainingEntry, TrainingPlan
+from .tensor_scalars import rewrite_tensor_scalars
 from .tracing import trace_inference, trace_training
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
@@ -237,7 +240,7 @@ def aot_compile(
     (`CaptureInfo.fixed_call_key`), so calls after the first skip computing it.
     The entry for `example_inputs` (under the current grad mode) is compiled right away.
     """
-    for note in simplify_attention_masks(gm):
+    for note in simplify_attention_masks(gm) + rewrite_tensor_scalars(gm):
         logs.log("aot_graphs", note)
     if decompositions is None:
         logs.once("aot-decomps", "aot_graphs", "kiln decomposition table:\n" + decomps.describe())

@@ -234,3 +234,6 @@ def describe() -> str:
     if skipped:
         lines.append(f"  (not in this torch, kept whole: {', '.join(skipped)})")
     return "\n".join(lines)
+
+
+from . import foreach_decomps  # noqa: E402,F401  (registers into _OWN; needs `register` above)

@@ -95,8 +95,10 @@ def _rebuild_view(base: torch.Tensor, alias: OutputAlias, offset: int) -> torch.
 
 
 def _write_back(meta: GraphMeta, args, new_values) -> None:
-    for pos, value in zip(meta.mutated, new_values):
-        with torch.set_grad_enabled(value.requires_grad):
+    for pos, value, tracked in zip(meta.mutated, new_values, meta.mutated_requires_grad):
+        # as eager changed it: recorded by autograd, or not (an optimizer's no_grad update of
+        # a leaf that requires grad, which autograd would refuse to record)
+        with torch.set_grad_enabled(tracked and value.requires_grad):
             args[pos].copy_(value)
 
 

@@ -30,6 +30,8 @@ def load_attr(interp, obj: Any, name: str, site=None) -> Any:
     property getter inlined from there can be resumed after a break, like a call."""
     tracer = interp.tracer
     if isinstance(obj, torch.Tensor):
+        if name == "grad" and tracer.broken is None:
+            return _grad_of(tracer, obj)
         if tracer.broken is not None or hasattr(type(obj), name):  # a method or property
             return getattr(obj, name)
         return _tensor_instance_attr(tracer, obj, name)
@@ -99,6 +101,26 @@ def _tensor_instance_attr(tracer, t: torch.Tensor, name: str) -> Any:
 
 
 _NOTHING = object()
+
+
+def _grad_of(tracer, t: torch.Tensor):
+    """`p.grad` of a tensor the frame was given (a parameter an optimizer steps): an input of
+    the graph fetched from `<p's source>.grad` on every call, or None under a guard that it
+    still is. The gradient of a tensor the graph made, or one whose `.grad` this trace
+    assigned, is no input: a graph break, as any state outside the graph's values."""
+    with torch._C.DisableTorchFunction():  # kiln's own read, not a recorded call
+        value = t.grad
+    src = tracer.source_of(t)
+    if src is None or (id(t), "grad") in tracer.mutated_attrs:
+        tracer.graph_break(
+            "Tensor.grad of a tensor made inside the compiled function cannot be recorded",
+            "read .grad outside the compiled function, or of a tensor passed in",
+        )
+        return value
+    tracer.track(value, AttrSource(src, "grad"))
+    return value
+
+
 _METHODS = (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)
 
 

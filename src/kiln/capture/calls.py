@@ -191,6 +191,8 @@ _disabled: dict[int, Any] = {}
 _TORCH_NATIVE: set = set()
 _TORCH_IS_COMPILING = torch.compiler.is_compiling
 _TORCH_ASSERT = torch._assert
+# the code of torch's own `_disable_dynamo` wrapper (Optimizer.zero_grad, state_dict, ...)
+_TORCH_DISABLE_CODE = torch._disable_dynamo(lambda: None).__code__
 _allow_in_graph: dict[int, Any] = {}
 # autograd.Function.apply: a Python classmethod up to torch 2.13, a C one from 2.14 (bound, a
 # builtin method whose __self__ is the Function class)
@@ -246,6 +248,16 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
             )
         if args and isinstance(args[0], LOGGER_TYPES) and is_log_name(fn.__name__):
             return effect_calls.replayed(interp, fn, args, kwargs)  # logger.warning_advice
+        if fn.__code__ is _TORCH_DISABLE_CODE or getattr(fn, "_torchdynamo_disable", False):
+            return _break_and_run(
+                interp,
+                fn,
+                args,
+                kwargs,
+                f"{fn.__qualname__} is torch.compiler.disable'd",
+                "the call runs eagerly (as under torch.compile); the rest of the function is "
+                "compiled separately",
+            )
         route = _module_route(fn.__module__ or "")
         if route == "break":
             if effect_calls.is_logging_function(fn):

@@ -440,7 +440,24 @@ def subscript(interp, container, key):
                     return value
             if not hasattr(container, "__dict__") or isinstance(container, dict):
                 tracer.track(value, ItemSource(src, key))
+    elif tracer.recording and isinstance(container, dict) and _identity_key(key):
+        # a dict keyed by objects (an optimizer's `state[param]`): the item is read through
+        # the key object itself, held by the guard code
+        src = tracer.source_of(container)
+        if src is not None and id(container) not in tracer.mutated_objs:
+            key_src = tracer.source_of(key)
+            label = key_src.describe() if key_src is not None else f"<{type(key).__name__}>"
+            tracer.track(value, ItemSource(src, key, label))
     return value
+
+
+def _identity_key(key) -> bool:
+    """A key hashed and compared by identity (a tensor, a module, a plain object): a lookup
+    with the same object finds the same item on every call."""
+    if isinstance(key, torch.Tensor):
+        return True
+    cls = type(key)
+    return cls.__hash__ is object.__hash__ and cls.__eq__ is object.__eq__
 
 
 @opcode("STORE_SUBSCR")

@@ -169,10 +169,16 @@ class InstanceDictSource(Source):
 
 @dataclass(frozen=True, eq=False)
 class ItemSource(Source):
+    """`base[key]`. A key that is no constant (a parameter keying an optimizer's state) is held
+    by the generated code and read by people as `key_label`, the source it was read from."""
+
     base: Source
     key: Any
+    key_label: str = ""
 
     def describe(self) -> str:
+        if self.key_label:
+            return f"{self.base.describe()}[{self.key_label}]"
         return f"{self.base.describe()}[{self.key!r}]"
 
     def expr(self, namer: Namer) -> str:
