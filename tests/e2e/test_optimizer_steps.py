@@ -74,6 +74,15 @@ def test_compiled_step_matches_eager(name, foreach):
     assert fallbacks() == fell_back  # kiln's code ran every graph, not eager kernels
 
 
+def test_step_compiles_after_torch_compile_patched_optimizers():
+    """TorchDynamo, once it has run, wraps every optimizer's `_init_group` in its `disable`:
+    kiln still traces the step whole."""
+    from torch._dynamo.eval_frame import TorchPatcher
+
+    TorchPatcher.patch()
+    test_compiled_step_matches_eager("adam", True)
+
+
 def test_step_skips_parameters_without_grad():
     ref, got = _params(1), _params(1)
     ref_opt, opt = OPTIMIZERS["adam"](ref, True), OPTIMIZERS["adam"](got, True)

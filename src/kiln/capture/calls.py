@@ -248,6 +248,12 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
             )
         if args and isinstance(args[0], LOGGER_TYPES) and is_log_name(fn.__name__):
             return effect_calls.replayed(interp, fn, args, kwargs)  # logger.warning_advice
+        if getattr(fn, "_torchdynamo_disable", False):
+            orig = getattr(fn, "_torchdynamo_orig_callable", None)
+            if (getattr(orig, "__module__", None) or "").startswith("torch.optim."):
+                # TorchDynamo, once used, wraps the optimizers' `_init_group`s so that it does
+                # not trace them itself (it models them on its own); kiln traces them as code
+                return interp_call(interp, orig, args, kwargs, site)
         if fn.__code__ is _TORCH_DISABLE_CODE or getattr(fn, "_torchdynamo_disable", False):
             return _break_and_run(
                 interp,
