@@ -119,3 +119,56 @@ def test_training_function_with_step_inside():
             expected = train_step(ref_model, ref_opt, x, y)
         torch.testing.assert_close(compiled(model, opt, x, y), expected)
         _assert_same_state(ref_opt, list(ref_model.parameters()), opt, list(model.parameters()))
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_lr_scheduler_changes_lr_every_step_without_recompiling(name, foreach):
+    """A LambdaLR writes a new `group["lr"]` every step: the second trace makes it a graph
+    input (a 0-d tensor by the time the graph runs), and the later steps reuse that entry."""
+    ref, got = _params(2)[:2], _params(2)[:2]
+    ref_opt, opt = OPTIMIZERS[name](ref, foreach), OPTIMIZERS[name](got, foreach)
+    ref_sched = torch.optim.lr_scheduler.LambdaLR(ref_opt, lambda s: 0.9**s)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.9**s)
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return inductor(gm, example_inputs)
+
+    fell_back = fallbacks()
+    step = kiln.compile(opt.step, backend=counting)  # the scheduler's wrapper of opt.step
+    for _ in range(10):
+        for a, b in zip(ref, got):
+            g = torch.randn_like(a)
+            a.grad, b.grad = g.clone(), g.clone()
+        _compiling_eager_step(ref_opt)
+        step()
+        ref_sched.step()
+        sched.step()
+        _assert_same_state(ref_opt, ref, opt, got)
+    # the first step (state created), the second (state read, lr seen to change): no more
+    assert len(graphs) == 2
+    assert fallbacks() == fell_back
+
+
+def test_lr_read_beyond_item_access_is_guarded_by_value():
+    """A dynamic float that reaches code kiln does not follow (`dict(group)`) is specialized:
+    a new value compiles again instead of reusing a graph that baked the old one in."""
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    def f(x, group):
+        scaled = x * group["lr"]
+        copy = dict(group)  # natively: the values as plain numbers
+        return scaled + copy["lr"]
+
+    compiled = kiln.compile(f, backend=counting)
+    x = torch.randn(5)
+    for lr in (0.5, 0.25, 0.125, 0.125):
+        group = {"lr": lr, "momentum": 0.9}
+        torch.testing.assert_close(compiled(x, group), f(x, group))
+    assert len(graphs) == 3  # 0.5, 0.25 (now dynamic, but specialized by dict()), 0.125

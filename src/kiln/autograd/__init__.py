@@ -5,6 +5,7 @@ graphs went through `fw_compiler` / `bw_compiler` (the code generator, or eager 
 
 compile.py    `aot_compile`: the pipeline and the per-call-signature cache of entries
 attention_masks.py  constant SDPA masks that mask nothing, or are causal, leave the call
+float_inputs.py     float inputs (a learning rate) as 0-d tensors: new values reuse the entry
 tensor_scalars.py   Scalar arguments given as tensors (optimizer step sizes) as tensor arithmetic
 analyze.py    fake run of the captured graph: mutated inputs, output aliasing, grad mode
 tracing.py    make_fx + functionalize: functional forward, joint fw/bw (vjp), inference graph

@@ -8,6 +8,8 @@ The pipeline, one named call a pass (`_compile_entry`):
 
     simplify_attention_masks     once a graph: constant attention masks that mask nothing or
                                  are causal leave the SDPA call (its fused kernels take no mask)
+    make_tensor_inputs           once a graph: float inputs (capture's symbolic floats) become
+                                 0-d float64 tensor inputs, so a new value compiles nothing
     rewrite_tensor_scalars       once a graph: `alpha=`/`value=` given as a tensor becomes
                                  tensor arithmetic (eager reads it with .item())
     analyze                      fake run: mutated inputs, output aliasing, requires_grad
@@ -46,6 +48,7 @@ from ..gc_pause import paused_gc
 from . import decomps
 from .analyze import analyze
 from .attention_masks import simplify_attention_masks
+from .float_inputs import as_tensors, float_positions, make_tensor_inputs
 from .partition import Partition, partition_joint
 from .runtime import InferenceEntry, TrainingEntry, TrainingPlan
 from .tensor_scalars import rewrite_tensor_scalars
@@ -88,6 +91,7 @@ class AotCompiled:
         self.fixed_key = fixed_call_key and not self.dynamic
         self.only: InferenceEntry | TrainingEntry | None = None
         self.partitions: dict[tuple, Partition] = {}  # training entries' partition records
+        self.float_inputs: list[int] = []  # float inputs passed as 0-d tensors
 
     @staticmethod
     def key(args) -> tuple:
@@ -111,6 +115,8 @@ class AotCompiled:
         return (*key, shape_key(args)) if self.dynamic else key
 
     def __call__(self, *args: Any) -> Any:
+        if self.float_inputs:  # (float_inputs.py)
+            args = tuple(as_tensors(args, self.float_inputs))
         only = self.only
         if only is not None:
             return only(args)
@@ -240,8 +246,12 @@ def aot_compile(
     (`CaptureInfo.fixed_call_key`), so calls after the first skip computing it.
     The entry for `example_inputs` (under the current grad mode) is compiled right away.
     """
-    for note in simplify_attention_masks(gm) + rewrite_tensor_scalars(gm):
+    floats = float_positions(gm, example_inputs)
+    notes = simplify_attention_masks(gm) + make_tensor_inputs(gm, floats)
+    for note in notes + rewrite_tensor_scalars(gm):
         logs.log("aot_graphs", note)
+    if floats:
+        example_inputs = as_tensors(example_inputs, floats)
     if decompositions is None:
         logs.once("aot-decomps", "aot_graphs", "kiln decomposition table:\n" + decomps.describe())
     compiled = AotCompiled(
@@ -253,6 +263,7 @@ def aot_compile(
         partition,
         fixed_call_key,
     )
+    compiled.float_inputs = floats
     key = compiled.entry_key(example_inputs)
     entry = compiled.entries[key] = compiled._compile_entry(list(example_inputs), key)
     if compiled.fixed_key:  # calls after this one skip the key (the first may not come here)

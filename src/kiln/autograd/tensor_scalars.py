@@ -59,6 +59,20 @@ def rewrite_tensor_scalars(gm: torch.fx.GraphModule) -> list[str]:
         name = _name(node)
         if name is None:
             continue
+        if name.rstrip("_") in ("_foreach_add", "_foreach_sub") and _is_tensor(
+            node.kwargs.get("alpha")
+        ):
+            # `_foreach_add_(ps, gs, alpha=-lr)` (SGD): the others scaled by the tensor first
+            others = node.args[1]
+            if isinstance(others, (list, tuple)) and set(node.kwargs) == {"alpha"}:
+                with gm.graph.inserting_before(node):
+                    scaled = gm.graph.call_function(
+                        torch._foreach_mul, (others, node.kwargs["alpha"])
+                    )
+                node.args = (node.args[0], scaled)
+                node.kwargs = {}
+                notes.append(f"{node.name}: {name} with a tensor alpha= scales by it first")
+            continue
         if name.rstrip("_") in _FOREACH:
             if _rewrite_foreach(gm.graph, node, name):
                 notes.append(f"{node.name}: {name} with tensor scalars became one call a tensor")

@@ -14,6 +14,7 @@ import abc
 import functools
 import operator
 import types
+import weakref
 from contextvars import ContextVar
 from typing import Any
 
@@ -30,6 +31,7 @@ from .attributes import (  # noqa: F401  (re-exported: handlers import them from
     store_attr,
 )
 from .effect_calls import LOGGER_TYPES, is_log_name
+from .sources import WeakRefSource
 from .symbolic import _Sym
 from .symbolic import plain as sym_plain
 
@@ -305,6 +307,8 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
         return effect_calls.cached_call(
             interp, fn, args, kwargs, lambda f, a, k: interp_call(interp, f, a, k, site)
         )
+    if t is weakref.ReferenceType and not args and not kwargs:
+        return _dereference(interp.tracer, fn)
     call = _class_attr(t, "__call__")
     if type(call) is types.FunctionType and _inlinable(call):
         return interp_call(interp, call, (fn, *args), kwargs, site)
@@ -337,6 +341,16 @@ def _mixin_on_user_object(fn: types.FunctionType, obj: Any) -> bool:
 
 
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a `class` statement
+
+
+def _dereference(tracer, ref: weakref.ref) -> Any:
+    """`ref()` of a weak reference read from outside (an LR scheduler's reference to its
+    optimizer): the object, read from `<ref's source>()` with its own guards and sources."""
+    value = ref()
+    src = tracer.source_of(ref)
+    if src is not None and tracer.recording:
+        tracer.track(value, WeakRefSource(src))
+    return value
 
 
 def _inlinable(fn: types.FunctionType) -> bool:
@@ -388,6 +402,9 @@ def _is_library(mod: str) -> bool:
 
 
 def native_call(interp, fn, args, kwargs):
+    slots = interp.tracer.float_slots
+    if slots.slots:  # dicts holding dynamic floats: what kiln cannot follow sees exact values
+        slots.escape(getattr(fn, "__self__", None), args, tuple(kwargs.values()))
     interp.native_nesting += 1
     try:
         result = fn(*args, **kwargs)
@@ -404,6 +421,8 @@ def _break_and_run(interp, fn, args, kwargs, reason: str, hint: str = ""):
 
 def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
     tracer = interp.tracer
+    if fn is isinstance and len(args) == 2 and isinstance(args[0], _Sym):
+        return isinstance(args[0]._plain(), args[1])  # its type is guarded, not its value
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, torch.Tensor):  # `x.view(...)`, the common case, decided as below
         return _tensor_method(interp, fn, args, kwargs)
@@ -418,6 +437,10 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
     if type(owner) is ContextVar or getattr(fn, "__objclass__", None) is ContextVar:
         return context_vars.call(interp, fn, args, kwargs)
     name = getattr(fn, "__name__", type(fn).__name__)
+    if name == "get" and type(owner) is dict and tracer.float_slots.slots and args:
+        sym = tracer.float_slots.read(owner, args[0])  # `group.get("lr")`: as group["lr"]
+        if sym is not None:
+            return sym
     if isinstance(owner, CONTAINERS) and not isinstance(owner, type):
         if name in MUTATING and tracer.recording:
             note_container_mutation(tracer, owner)
@@ -572,6 +595,8 @@ def _trampolines(interp, args: tuple) -> tuple:
 
 
 def call_class(interp, cls: type, args: tuple, kwargs: dict) -> Any:
+    if interp.tracer.float_slots.slots:  # `dict(group)`, `copy(group)`: exact values
+        interp.tracer.float_slots.escape(args, tuple(kwargs.values()))
     if cls is super and not args:
         return _zero_arg_super(interp)
     init = cls.__dict__.get("__init__") or _class_attr(cls, "__init__")

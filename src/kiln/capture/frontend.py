@@ -80,9 +80,13 @@ class CompiledFunction:
         self.graph_modules: list[fx.GraphModule] = []  # every graph this callable compiled
         self.seen_shapes: dict[str, tuple] = {}  # input source -> sizes at the last trace
         self.auto_dynamic: dict[str, set[int]] = {}  # dims seen to change (dynamic=None)
+        self.seen_floats: dict[str, float] = {}  # dict item source -> float at the last trace
+        self.dynamic_floats: set[str] = set()  # those seen to change (dynamic_floats.py)
         self.continuations: dict = {}
         try:
-            sig = signature or inspect.signature(signature_of)
+            # the parameters of the code that runs: a `functools.wraps` wrapper (an LR
+            # scheduler's `optimizer.step`) takes `*args, **kwargs`, whatever it wraps
+            sig = signature or inspect.signature(signature_of, follow_wrapped=False)
         except (TypeError, ValueError):
             sig = inspect.Signature(
                 [
@@ -177,6 +181,7 @@ class CompiledFunction:
         interp_holder.append(interp)
         tracer.interp = interp
         tracer.dynamic_policy = self._dynamic_dims
+        tracer.float_slots.policy = self._dynamic_float
         _state.depth = getattr(_state, "depth", 0) + 1
         try:
             # module_tree.suspended(): modules built in the trace are its own
@@ -256,6 +261,19 @@ class CompiledFunction:
             dims |= self.auto_dynamic.get(key, set())
         self.seen_shapes[key] = tuple(t.shape)
         return dims
+
+    def _dynamic_float(self, source, value: float) -> bool:
+        """Whether a float item of a dict is a graph input in this trace: once its value at
+        that source differed between two traces (a learning rate a scheduler sets), unless
+        dynamic=False."""
+        if self.opts.dynamic is False:
+            return False
+        key = source.describe()
+        prev = self.seen_floats.get(key)
+        self.seen_floats[key] = value
+        if prev is not None and prev != value:
+            self.dynamic_floats.add(key)
+        return key in self.dynamic_floats
 
     def _give_up(self, reason: str, tracer) -> None:
         self.eager_reason = reason

@@ -439,6 +439,10 @@ def subscript(interp, container, key):
                     tracer.track(value, _attr_source(tracer, container, src, name, value))
                     return value
             if not hasattr(container, "__dict__") or isinstance(container, dict):
+                if tracer.float_slots.slots and type(value) is float:
+                    sym = tracer.float_slots.read(container, key)
+                    if sym is not None:
+                        return sym
                 tracer.track(value, ItemSource(src, key))
     elif tracer.recording and isinstance(container, dict) and _identity_key(key):
         # a dict keyed by objects (an optimizer's `state[param]`): the item is read through

@@ -85,6 +85,7 @@ def op_set_update(interp, frame, inst):
 def op_dict_update(interp, frame, inst):
     other = frame.stack.pop()
     target = frame.stack[-inst.arg]
+    interp.tracer.float_slots.escape(other)
     try:
         target.update(other)
     except (TypeError, AttributeError):
@@ -95,6 +96,7 @@ def op_dict_update(interp, frame, inst):
 def op_dict_merge(interp, frame, inst):
     other = frame.stack.pop()
     target = frame.stack[-inst.arg]
+    interp.tracer.float_slots.escape(other)  # `f(**group)`: its values become plain numbers
     for k in other.keys():
         if k in target:
             raise TypeError(f"got multiple values for keyword argument '{k}'")

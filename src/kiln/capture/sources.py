@@ -185,3 +185,16 @@ class ItemSource(Source):
         if isinstance(self.key, (int, str, bool, type(None), float)):
             return f"{self.base.expr(namer)}[{self.key!r}]"
         return f"{self.base.expr(namer)}[{namer.const(self.key, 'k')}]"
+
+
+@dataclass(frozen=True, eq=False)
+class WeakRefSource(Source):
+    """What a `weakref.ref` read from `base` refers to now: `base()`."""
+
+    base: Source
+
+    def describe(self) -> str:
+        return f"{self.base.describe()}()"
+
+    def expr(self, namer: Namer) -> str:
+        return f"{self.base.expr(namer)}()"

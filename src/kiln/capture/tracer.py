@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import guards as G
 from .context_vars import ContextVarModel
+from .dynamic_floats import FloatSlots
 from .errors import FullgraphBreak
 from .side_effects import SideEffects
 from .sources import AttrSource, ConstSource, ItemSource, Source
@@ -73,6 +74,7 @@ class Tracer:
         self.guards = G.GuardSet()
         self.side_effects = SideEffects()
         self.context_vars = ContextVarModel(self)
+        self.float_slots = FloatSlots(self)  # floats in dicts that change between calls
         self.constants: dict[str, torch.Tensor] = {}
         self.broken: Break | None = None
         self.effects_visible = False
@@ -170,6 +172,9 @@ class Tracer:
         ):
             self.guards.add(G.keys_guard(source, value))
             for k, item in value.items():
+                if type(item) is float and self.float_slots.offer(value, k, item, _item(source, k)):
+                    self.guards.add(G.type_guard(_item(source, k), item))  # see dynamic_floats
+                    continue
                 self.track(item, _item(source, k), depth + 1)
         elif type(value) in (set, frozenset):
             # its members, compared with a frozen copy of today's (the set itself may change)
