@@ -32,6 +32,9 @@ from typing import Callable
 import torch
 from torch._decomp import decomposition_table as _TORCH_TABLE
 
+from .foreach_decomps import WHY as FOREACH_WHY
+from .foreach_decomps import foreach_decompositions
+
 aten = torch.ops.aten
 
 # Each entry: ATen op name (packet or "packet.overload") -> why kiln breaks it up.
@@ -236,4 +239,5 @@ def describe() -> str:
     return "\n".join(lines)
 
 
-from . import foreach_decomps  # noqa: E402,F401  (registers into _OWN; needs `register` above)
+for _op, _fn in foreach_decompositions().items():
+    register(_op, why=FOREACH_WHY)(_fn)

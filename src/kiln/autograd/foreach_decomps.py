@@ -1,10 +1,11 @@
 """`torch._foreach_*` ops as one ordinary op per tensor of the list, for the code generator.
 
-Takes nothing; registers into kiln's decomposition table (decomps.py) a decomposition for each
-functional overload of the foreach ops optimizers use (`_foreach_add.List`, `_foreach_lerp.Scalar`,
-`_foreach_addcdiv.ScalarList`, ...). Element `i` of each list argument, and every non-list
-argument as it is, go to the op of the same name (`aten.add`), so a foreach update becomes
-pointwise ops the scheduler fuses per parameter instead of a chain of opaque extern calls.
+Takes nothing; gives `foreach_decompositions()`, which decomps.py registers into kiln's
+table: a decomposition for each functional overload of the foreach ops optimizers use
+(`_foreach_add.List`, `_foreach_lerp.Scalar`, `_foreach_addcdiv.ScalarList`, ...). Element
+`i` of each list argument, and every non-list argument as it is, go to the op of the same
+name (`aten.add`), so a foreach update becomes pointwise ops the scheduler fuses per
+parameter instead of a chain of opaque extern calls.
 
 Why: an optimizer with `foreach=True` issues one foreach op a line of its update, each kept whole
 an extern call that reads and writes every parameter (Adam: about a dozen passes over the
@@ -15,8 +16,6 @@ foreach kernels on the CPU apply the same per-tensor ops, so the values are eage
 from __future__ import annotations
 
 import torch
-
-from .decomps import register
 
 aten = torch.ops.aten
 
@@ -48,8 +47,12 @@ def _decomposition(name: str):
     return decomp
 
 
-def _register_all() -> None:
-    why = "foreach op: one pointwise op per tensor, fused per parameter by the scheduler"
+WHY = "foreach op: one pointwise op per tensor, fused per parameter by the scheduler"
+
+
+def foreach_decompositions() -> dict:
+    """{overload: decomposition} for every functional overload of the ops above."""
+    table = {}
     for name in (*_UNARY, *_BINARY, *_LIST_ONLY, *_TERNARY):
         packet = getattr(aten, f"_foreach_{name}", None)
         if packet is None:
@@ -57,7 +60,5 @@ def _register_all() -> None:
         for overload in packet.overloads():
             if overload.endswith("out") or name in _LIST_ONLY and overload != "List":
                 continue
-            register(getattr(packet, overload), why=why)(_decomposition(name))
-
-
-_register_all()
+            table[getattr(packet, overload)] = _decomposition(name)
+    return table
