@@ -11,6 +11,8 @@ Two strategies:
   there instead of being kept alive from the forward. Expensive ops (matmul, convolution,
   reductions, anything unknown) always run in the forward, and random ops never run twice, so
   the backward sees exactly the dropout mask the forward used.
+  Nodes of an activation-checkpointed region (`must_recompute`) are never saved, whatever
+  they cost: the backward runs the region again from the values that enter it.
 - `"save_all"`: save every forward value the backward reads, as eager autograd does; kept for
   comparison (benchmarks/aot_partition.py) and as the fallback when no finite cut exists.
 
@@ -91,6 +93,14 @@ def is_recomputable(node: torch.fx.Node) -> bool:
         or _is_view_op(target)
         or target.overloadpacket in _CHEAP_PACKETS
     )
+
+
+def must_recompute(node: torch.fx.Node) -> bool:
+    """A node of an activation-checkpointed region (capture/checkpoint.py marks them; make_fx
+    copies the mark onto the ATen nodes it traces from them): its value is not saved for the
+    backward but computed again there, whatever it costs. Random ops are the exception: their
+    values are saved, so the backward sees the forward's (eager replays the RNG state)."""
+    return bool(node.meta.get("recompute")) and node.op == "call_function" and not is_random(node)
 
 
 def value_bytes(node: torch.fx.Node) -> int:
@@ -226,10 +236,21 @@ def partition_joint(joint: Joint, strategy: str = "min_cut") -> Partition:
     if strategy == "min_cut":
         relevant = [n for n in forward_nodes if n in bw_nodes]
         weight, keep = _cut_weights(relevant, tangent_dep, set(fw_outs))
+        checkpointed = {n for n in relevant if must_recompute(n)}
+        for n in checkpointed:  # never saved: the backward runs the region again
+            weight[n] = mincut.INF
+        if checkpointed:
+            notes.append(f"checkpointed: {len(checkpointed)} values recomputed, never saved")
         saved = mincut.choose_saved(
             relevant,
             {n: list(n.users) for n in relevant},
-            {n for n in relevant if n.op == "placeholder" or not is_recomputable(n) or n in keep},
+            {
+                n
+                for n in relevant
+                if n.op == "placeholder"
+                or n not in checkpointed
+                and (not is_recomputable(n) or n in keep)
+            },
             read_by_backward,
             weight,
         )
@@ -295,7 +316,7 @@ def _backward_graph(joint_gm, saved, tangents, live_grads, tangent_dep):
             if n.op == "get_attr":  # a constant (make_fx's `_tensor_constantN`): no work
                 pass
             elif n not in tangent_dep:
-                if not is_recomputable(n):  # the cut guarantees this; a failure is a kiln bug
+                if not (is_recomputable(n) or must_recompute(n)):  # the cut guarantees this
                     raise AssertionError(f"partition: {n.name} ({n.target}) recomputed in backward")
                 recomputed.append(n.name)
             env[n] = g.node_copy(n, lambda a: env[a])

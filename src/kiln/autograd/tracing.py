@@ -21,6 +21,7 @@ Takes the captured `GraphModule`, its `GraphMeta` (analyze.py) and the call's in
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +29,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
 from torch.func import functionalize, vjp
+from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
@@ -67,23 +69,34 @@ def _functional_body(gm: torch.fx.GraphModule, meta: GraphMeta, grad_enabled: bo
     return body
 
 
-def _trace(fn, args: list, mode: FakeTensorMode, decompositions: dict | None):
-    """The traced graph, as a lazy GraphModule (lazy_graphs.py): the later stages read it."""
+def has_recompute_marks(gm: torch.fx.GraphModule) -> bool:
+    """Whether nodes of `gm` carry an activation-checkpointing mark (`meta["recompute"]`)."""
+    return any(n.meta.get("recompute") for n in gm.graph.nodes)
+
+
+def _trace(fn, args: list, mode: FakeTensorMode, decompositions: dict | None, marks=False):
+    """The traced graph, as a lazy GraphModule (lazy_graphs.py): the later stages read it.
+    `marks`: the graph run by `fn` has checkpointing marks; make_fx copies them (FX's
+    preserved node meta) onto each ATen node traced while a marked node runs."""
     try:
-        with mode, lazy_graph_modules():
+        with mode, lazy_graph_modules(), _keep_meta(marks):
             traced = make_fx(
                 functionalize(fn, remove="mutations"), decomposition_table=decompositions or {}
             )(*args)
     except RuntimeError as e:
         if not _functorch_refused(e):
             raise
-        with mode, lazy_graph_modules():
+        with mode, lazy_graph_modules(), _keep_meta(marks):
             traced = make_fx(
                 dispatch_functionalize(fn, FunctionalTensorMode()),
                 decomposition_table=decompositions or {},
             )(*args)
     _drop_input_copy_back(traced)
     return traced
+
+
+def _keep_meta(marks: bool):
+    return fx_traceback.preserve_node_meta() if marks else contextlib.nullcontext()
 
 
 def _functorch_refused(e: RuntimeError) -> bool:
@@ -144,7 +157,8 @@ def trace_functional_forward(
     """Stage 1 of training: functional ATen forward, no decompositions, no-grad made explicit."""
     mode = FakeTensorMode()
     body = _with_constants(_functional_body(gm, meta, grad_enabled, detach=True), inputs)
-    traced = _trace(body, fake_args(mode, inputs), mode, decomps.functionalization_repairs())
+    repairs = decomps.functionalization_repairs()
+    traced = _trace(body, fake_args(mode, inputs), mode, repairs, has_recompute_marks(gm))
     _keep_attention_logsumexp(traced)
     return FunctionalForward(traced, **_layout(meta))
 
@@ -217,17 +231,26 @@ def trace_training(
         return trace_joint(fw, tensors, decompositions)
     body = _with_constants(_functional_body(gm, meta, grad_enabled, detach=True), inputs)
     requires_grad = _layout(meta)["requires_grad"]
-    return _trace_vjp(body, tensors, requires_grad, meta.value_specs, decompositions)
+    marks = has_recompute_marks(gm)
+    return _trace_vjp(body, tensors, requires_grad, meta.value_specs, decompositions, marks)
 
 
 def trace_joint(fw: FunctionalForward, tensor_inputs: list, decompositions: dict) -> Joint:
     """Stage 2 of training: `vjp` of the functional forward, traced as one functional graph."""
     specs = [(v.shape, v.dtype, v.device) for v in _output_values(fw.gm)]
-    return _trace_vjp(fw.gm, tensor_inputs, fw.requires_grad, specs, decompositions)
+    marks = has_recompute_marks(fw.gm)
+    # an Interpreter, not the graph's code, sets the node whose meta make_fx copies
+    forward = (lambda *a: torch.fx.Interpreter(fw.gm).run(*a)) if marks else fw.gm
+    return _trace_vjp(forward, tensor_inputs, fw.requires_grad, specs, decompositions, marks)
 
 
 def _trace_vjp(
-    forward, tensor_inputs: list, requires_grad: list[bool], specs: list, decompositions: dict
+    forward,
+    tensor_inputs: list,
+    requires_grad: list[bool],
+    specs: list,
+    decompositions: dict,
+    marks: bool = False,
 ) -> Joint:
     """`forward` (tensors in, its flat outputs out) and its `vjp`, traced as one functional graph:
     placeholders `primals_*` then `tangents_*` (one per output that requires grad, of the shape
@@ -256,7 +279,7 @@ def _trace_vjp(
             for shape, dtype, device in (specs[j] for j in diff_outputs)
         ]
     try:
-        traced = _trace(joint, [primals, tangents], mode, decompositions)
+        traced = _trace(joint, [primals, tangents], mode, decompositions, marks)
     except RuntimeError as e:
         if not _functorch_refused(e):
             raise

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from . import context_vars, effect_calls, environ
+from . import checkpoint, context_vars, effect_calls, environ
 from .attributes import (  # noqa: F401  (re-exported: handlers import them from here)
     STRUCTURE,
     _attr_source,
@@ -233,6 +233,10 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
             # kiln is compiling this code: libraries (transformers) take their compile-friendly
             # branches on this, as under torch.compile, instead of data-dependent Python
             return True
+        if fn is checkpoint.CHECKPOINT and args and checkpoint.modelled(kwargs):
+            return checkpoint.run_checkpointed(
+                interp, args, kwargs, lambda f, a, k: interp_call(interp, f, a, k)
+            )
         if fn is _TORCH_ASSERT and args and not isinstance(args[0], torch.Tensor):
             # A Python condition (a shape check): checked here. Inlined, `torch._assert` would
             # ask the recording mode to handle a bool and break the graph.
