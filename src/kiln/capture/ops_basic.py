@@ -152,10 +152,7 @@ def op_load_deref(interp, frame, inst):
     try:
         value = cell.cell_contents
     except ValueError:
-        raise NameError(
-            f"cannot access free variable '{inst.argval}' where it is not "
-            "associated with a value in enclosing scope"
-        ) from None
+        raise _unbound_cell(frame, inst.argval) from None
     tracer = interp.tracer
     if (
         tracer.recording
@@ -180,7 +177,21 @@ def op_store_deref(interp, frame, inst):
 @opcode("DELETE_DEREF")
 def op_delete_deref(interp, frame, inst):
     cell = frame.locals[inst.argval]
-    del cell.cell_contents
+    try:
+        del cell.cell_contents
+    except ValueError:
+        raise _unbound_cell(frame, inst.argval) from None
+
+
+def _unbound_cell(frame, name: str) -> Exception:
+    """CPython's error for an empty cell: the frame's own variable (a local that a nested
+    function captures) is an unbound local; a variable of an enclosing function is not."""
+    if name in frame.code.co_cellvars:
+        return _unbound_local(name)
+    return NameError(
+        f"cannot access free variable '{name}' where it is not associated with a value in "
+        "enclosing scope"
+    )
 
 
 # ---- globals -----------------------------------------------------------------------------------

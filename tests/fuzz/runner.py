@@ -1,0 +1,169 @@
+"""Run a generated program compiled and eagerly, call by call, and report every difference.
+
+Takes a seed (the program, generator.py) and a backend; gives the list of mismatches (empty if
+kiln agreed with eager everywhere). The program's module is executed twice, into two separate
+namespaces, so the compiled and the eager run each have their own outside state. Before call
+`i` both copies run `mutate(i)` (the same changes to globals, closure containers, attributes),
+both RNGs (torch's and Python's) are seeded alike, and both get equal fresh inputs. After the
+call the outcome (result, or exception type and message), the inputs (mutated in place or
+not) and `state()` (all outside state) must agree: exactly for ints, strings and structures,
+within float tolerances for float math.
+"""
+
+from __future__ import annotations
+
+import linecache
+import math
+import random
+import traceback
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+import kiln
+
+from .generator import FEAT, generate
+
+# float tolerances: the eager backend runs the very kernels eager does (exact but for the order
+# of a few reductions); kiln's code generator fuses and reorders float math
+TOLERANCES = {"eager": (1e-5, 1e-6), "aot_eager": (1e-5, 1e-6)}
+DEFAULT_TOLERANCE = (2e-3, 1e-4)
+
+
+@dataclass
+class Mismatch:
+    seed: int
+    backend: str
+    call: int
+    what: str
+    source: str
+
+    def describe(self) -> str:
+        return (
+            f"seed {self.seed} (backend={self.backend!r}), call {self.call}: {self.what}\n"
+            f"{self.source}"
+        )
+
+
+def load(source: str, tag: str) -> dict:
+    """Execute the program's module into a fresh namespace (its source registered with
+    linecache, so tracebacks and kiln's messages can show its lines)."""
+    filename = f"<kiln-fuzz-{tag}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    ns: dict = {"__name__": f"kiln_fuzz_{tag.replace('-', '_')}"}
+    exec(compile(source, filename, "exec"), ns)
+    return ns
+
+
+def make_inputs(seed: int, call: int, batch: int, n: int):
+    g = torch.Generator().manual_seed(seed * 131 + call)
+    x = torch.randn(batch, FEAT, generator=g)
+    y = torch.randn(batch, FEAT, generator=g)
+    lst = [float(v) for v in torch.rand(call % 3 + 1, generator=g).round(decimals=2).tolist()]
+    return x, y, n, lst
+
+
+def _run_call(fn, args, rng_seed: int):
+    torch.manual_seed(rng_seed)
+    random.seed(rng_seed)
+    try:
+        return ("ok", fn(*args))
+    except Exception as e:  # the program may raise; compiled must raise the same
+        return ("raise", e)
+
+
+def differences(got, expected, rtol: float, atol: float, path: str = "") -> list[str]:
+    """Where `got` differs from `expected` (empty if they agree)."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return [f"{path}: expected a tensor, got {type(got).__name__} {got!r:.80}"]
+        for attr in ("shape", "dtype", "requires_grad"):
+            if getattr(got, attr) != getattr(expected, attr):
+                return [f"{path}: {attr} {getattr(got, attr)} != {getattr(expected, attr)}"]
+        try:
+            torch.testing.assert_close(
+                got.detach(), expected.detach(), rtol=rtol, atol=atol, equal_nan=True
+            )
+        except AssertionError as e:
+            return [f"{path}: {str(e).strip()[:400]}"]
+        return []
+    if type(got) is not type(expected):
+        return [f"{path}: type {type(got).__name__} != {type(expected).__name__} ({got!r:.60})"]
+    if isinstance(expected, (list, tuple)):
+        if len(got) != len(expected):
+            return [f"{path}: length {len(got)} != {len(expected)}"]
+        out = []
+        for i, (g, e) in enumerate(zip(got, expected)):
+            out += differences(g, e, rtol, atol, f"{path}[{i}]")
+        return out
+    if isinstance(expected, dict):
+        if list(got) != list(expected):
+            return [f"{path}: keys {list(got)} != {list(expected)}"]
+        out = []
+        for k in expected:
+            out += differences(got[k], expected[k], rtol, atol, f"{path}[{k!r}]")
+        return out
+    if isinstance(expected, float):
+        if math.isnan(expected) and math.isnan(got):
+            return []
+        if not math.isclose(got, expected, rel_tol=rtol, abs_tol=atol):
+            return [f"{path}: {got!r} != {expected!r}"]
+        return []
+    if got != expected:
+        return [f"{path}: {got!r} != {expected!r}"]
+    return []
+
+
+def run_program(seed: int, backend: str = "eager", options: dict | None = None) -> list[Mismatch]:
+    """Run program `seed` compiled with `backend` and eagerly; the mismatches found."""
+    source = generate(seed)
+    rtol, atol = TOLERANCES.get(backend, DEFAULT_TOLERANCE)
+    eager_ns = load(source, f"{seed}-eager")
+    comp_ns = load(source, f"{seed}")
+    opts = dict(options or {})
+    if comp_ns["USES_RNG"] and backend not in TOLERANCES:
+        opts.setdefault("fallback_random", True)  # generated kernels draw other numbers
+    compiled = kiln.compile(comp_ns["fn"], backend=backend, options=opts or None)
+    found: list[Mismatch] = []
+
+    def mismatch(call: int, what: str) -> None:
+        found.append(Mismatch(seed, backend, call, what, source))
+
+    for i, (batch, n) in enumerate(eager_ns["CALLS"]):
+        eager_ns["mutate"](i)
+        comp_ns["mutate"](i)
+        e_args = make_inputs(seed, i, batch, n)
+        c_args = make_inputs(seed, i, batch, n)
+        expected = _run_call(eager_ns["fn"], e_args, seed + i)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _run_call(compiled, c_args, seed + i)
+        if expected[0] == "raise" or got[0] == "raise":
+            if expected[0] != got[0]:
+                exc = got[1] if got[0] == "raise" else expected[1]
+                tb = "".join(traceback.format_exception(exc))[-3000:]
+                side = "compiled" if got[0] == "raise" else "eager"
+                mismatch(i, f"only {side} raised {type(exc).__name__}: {exc}\n{tb}")
+                break
+            e_exc, c_exc = expected[1], got[1]
+            if type(e_exc) is not type(c_exc) or str(e_exc) != str(c_exc):
+                mismatch(i, f"raised {type(c_exc).__name__}({c_exc}) != {e_exc!r}")
+                break
+        else:
+            for d in differences(got[1], expected[1], rtol, atol, "result"):
+                mismatch(i, d)
+        for d in differences(list(c_args), list(e_args), rtol, atol, "inputs after the call"):
+            mismatch(i, d)
+        for d in differences(comp_ns["state"](), eager_ns["state"](), rtol, atol, "state"):
+            mismatch(i, d)
+        if found:
+            break
+    return found
+
+
+def run_many(seeds, backend: str = "eager", options: dict | None = None) -> list[Mismatch]:
+    out: list[Mismatch] = []
+    for seed in seeds:
+        out += run_program(seed, backend, options)
+    return out
