@@ -19,6 +19,7 @@ from .api import (
     reset,
 )
 from .backends.registry import register_backend
+from .capture.errors import KilnEagerWarning, KilnRecompileLimitWarning
 from .devices import register_device
 from .logs import set_logs
 from .version import __version__
@@ -30,6 +31,8 @@ __all__ = [
     "disable",
     "explain",
     "is_compiling",
+    "KilnEagerWarning",
+    "KilnRecompileLimitWarning",
     "list_backends",
     "mark_dynamic",
     "mark_step_begin",

@@ -43,6 +43,7 @@ KNOWN_OPTIONS: dict[str, tuple[Any, type | tuple[type, ...]]] = {
     "fallback_random": (False, bool),
     "freezing": (False, bool),
     "cache_size_limit": (8, int),
+    "warn_eager": (True, bool),
     "debug.verify_ir": (False, bool),
     # the kiln device that compiles graphs (kiln.devices); None: the one registered for the
     # tensors' device type
@@ -97,6 +98,13 @@ def env_logs() -> str:
     return _env().get("KILN_LOGS", "")
 
 
+def env_warn_eager() -> bool:
+    """`KILN_WARN_EAGER=0` silences the once-per-function warning that a function runs eagerly
+    (an explicit `options={"warn_eager": ...}` wins)."""
+    value = _env().get("KILN_WARN_EAGER", "1").strip().lower()
+    return value not in ("0", "false", "no", "off")
+
+
 def env_cache_dir() -> str:
     base = _env().get("KILN_CACHE_DIR")
     if base:
@@ -141,6 +149,12 @@ class Options:
     @property
     def cache_size_limit(self) -> int:
         return self.get("cache_size_limit")  # KILN_CACHE_SIZE_LIMIT is folded in by build_options
+
+    @property
+    def warn_eager(self) -> bool:
+        if "warn_eager" in self.config:
+            return bool(self.config["warn_eager"])
+        return env_warn_eager()
 
 
 def build_options(

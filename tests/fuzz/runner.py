@@ -73,6 +73,13 @@ def _run_call(fn, args, rng_seed: int):
         return ("raise", e)
 
 
+def _raised_at(exc: BaseException) -> tuple:
+    """The program's innermost frame in the traceback (function, line); the two copies of the
+    module differ only in their file names."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "<kiln-fuzz-" in f.filename]
+    return (frames[-1].name, frames[-1].lineno) if frames else None
+
+
 def differences(got, expected, rtol: float, atol: float, path: str = "") -> list[str]:
     """Where `got` differs from `expected` (empty if they agree)."""
     if isinstance(expected, torch.Tensor):
@@ -149,6 +156,11 @@ def run_program(seed: int, backend: str = "eager", options: dict | None = None) 
             e_exc, c_exc = expected[1], got[1]
             if type(e_exc) is not type(c_exc) or str(e_exc) != str(c_exc):
                 mismatch(i, f"raised {type(c_exc).__name__}({c_exc}) != {e_exc!r}")
+                break
+            e_where, c_where = _raised_at(e_exc), _raised_at(c_exc)
+            if e_where != c_where:
+                tb = "".join(traceback.format_exception(c_exc))[-3000:]
+                mismatch(i, f"raised at {c_where}, eager at {e_where}\n{tb}")
                 break
         else:
             for d in differences(got[1], expected[1], rtol, atol, "result"):

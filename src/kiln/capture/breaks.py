@@ -39,7 +39,12 @@ def handle(cf, tracer, brk: GraphBreakAt) -> Any:
         specs, values = snapshot(tracer, brk.chain)
     except NotResumable as e:
         specs, values = None, []
-        cf._give_up(f"graph break ({brk.reason}) at a point kiln cannot resume: {e}", tracer)
+        cf._give_up(
+            f"graph break ({brk.reason}) at a point kiln cannot resume: {e}",
+            tracer,
+            brk.where,
+            brk.hint,
+        )
     step = brk.step
     conts: dict[bool, Any] = {}
     sized = {i for i, v in enumerate(values) if _has_sym(v)}
@@ -60,6 +65,8 @@ def handle(cf, tracer, brk: GraphBreakAt) -> Any:
                 f"graph break ({brk.reason}); the state at the break cannot be rebuilt "
                 f"on later calls: {e}",
                 tracer,
+                brk.where,
+                brk.hint,
             )
     return _finish_call(cf, tracer, brk, specs, values, conts)
 

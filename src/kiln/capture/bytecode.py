@@ -129,7 +129,10 @@ def _unknown(interp, frame, inst):
     raise AbortTrace(
         f"kiln's interpreter does not implement opcode {inst.opname}"
         + (f" ({what})" if what else "")
-        + f" on Python {PY[0]}.{PY[1]}, at {filename}:{line}"
+        + f" on Python {PY[0]}.{PY[1]}, at {filename}:{line}",
+        where=interp.location(),
+        hint="move this code into a helper function decorated with @kiln.disable (the rest of "
+        "the function then compiles), or outside the compiled function",
     )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import bytecode as bc
+from . import user_traceback
 from .bytecode import NULL
 from .errors import GraphBreakAt, KilnInternal, ResumableBreak  # noqa: F401
 from .interpreter import Frame
@@ -211,13 +212,13 @@ def resume_chain(interp, frames: list[Frame], exc: BaseException | None = None) 
         f = frames[i]
         if i == len(frames) - 1:
             if pending is not None:
-                if not interp._dispatch_exception(f, f.pc - 1, pending):
+                if not _deliver(interp, f, pending):
                     continue
                 pending = None
         elif pending is None:
             bc.push_result(f, result)
         else:
-            if not interp._dispatch_exception(f, f.pc - 1, pending):
+            if not _deliver(interp, f, pending):
                 continue
             pending = None
         try:
@@ -229,6 +230,16 @@ def resume_chain(interp, frames: list[Frame], exc: BaseException | None = None) 
     if pending is not None:
         raise pending
     return result
+
+
+def _deliver(interp, f: Frame, exc: BaseException) -> bool:
+    """Raise `exc` in frame `f` at its current instruction: True if a handler there takes it."""
+    line = f.info.location(f.pc - 1)[1]
+    if interp._dispatch_exception(f, f.pc - 1, exc):
+        user_traceback.caught(exc, f, line)
+        return True
+    user_traceback.note_frame(exc, f, line)
+    return False
 
 
 def continuation_key(specs: list[FrameSpec]) -> tuple:

@@ -12,6 +12,18 @@ class Unsupported(RuntimeError):
     """kiln could not capture something the user asked it to capture whole (fullgraph=True)."""
 
 
+class KilnEagerWarning(UserWarning):
+    """kiln runs a compiled function (or the rest of one, after a graph break it cannot resume)
+    eagerly: correct, but not compiled. Said once per code object, with the reason, the user's
+    source line and a hint; `options={"warn_eager": False}` or `KILN_WARN_EAGER=0` silences it,
+    as does a `warnings` filter on this category."""
+
+
+class KilnRecompileLimitWarning(KilnEagerWarning):
+    """A compiled function reached `cache_size_limit` entries and its guards still failed:
+    kiln stops compiling it and runs it eagerly."""
+
+
 class KilnInternal(BaseException):
     """Base of signals that pass through the traced program untouched."""
 
@@ -23,9 +35,9 @@ class AbortTrace(KilnInternal):
     call had any effect visible outside it; the frontend then runs the frame eagerly.
     """
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, where: str = "", hint: str = ""):
         super().__init__(reason)
-        self.reason = reason
+        self.reason, self.where, self.hint = reason, where, hint
 
 
 class FullgraphBreak(KilnInternal):

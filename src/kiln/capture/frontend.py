@@ -25,7 +25,9 @@ from ..lazy_graphs import LazyGraphModule
 from . import (
     breaks,  # noqa: E402  (needs CompiledFunction defined at call time only)
     calls,
+    eager_notice,
     module_tree,
+    user_traceback,
 )
 from .continuations import GraphBreakAt, build_frames, resume_chain
 from .errors import AbortTrace, FullgraphBreak, Unsupported
@@ -121,27 +123,41 @@ class CompiledFunction:
     # ---- calls --------------------------------------------------------------------------------
     def __call__(self, /, *args, **kwargs):
         # `self` is positional-only: a user keyword named `self` belongs to `kwargs`
-        if is_tracing():  # reached natively from inside another trace: just run it
-            return self.root_callable(*args, **kwargs)
-        for entry in self.entries:
-            result = entry(*args, **kwargs)
-            if result is not MISS:
-                return result
+        try:
+            if is_tracing():  # reached natively from inside another trace: just run it
+                return self.root_callable(*args, **kwargs)
+            for entry in self.entries:
+                result = entry(*args, **kwargs)
+                if result is not MISS:
+                    return result
+            return self._miss(args, kwargs)
+        except Exception as exc:  # the user's own error: give it the user's traceback
+            tb = user_traceback.rewrite(exc)
+            if tb is None:
+                raise
+            raise exc.with_traceback(tb)  # noqa: B904  (the same exception, re-raised)
+
+    def _miss(self, args: tuple, kwargs: dict):
+        """No entry's guards held: run eagerly, give up at the entry limit, or trace."""
         if self.eager_reason is not None:
             return self.run_eagerly(args, kwargs)
         if len(self.entries) >= self.opts.cache_size_limit:
+            failures = self._why_missed(args, kwargs)
+            if self.opts.fullgraph:
+                raise Unsupported(
+                    f"{self.label}: {len(self.entries)} compiled entries (cache_size_limit) "
+                    f"and the guards still failed, under fullgraph=True. The guards that failed: "
+                    f"{failures}. Mark the changing sizes dynamic, or raise the limit with "
+                    "options={'cache_size_limit': N}."
+                )
             self.eager_reason = "cache size limit"
-            logs.warn(
-                f"{self.label}: {len(self.entries)} compiled entries and the guards still "
-                f"failed; kiln runs it eagerly from now on. Last failure: "
-                f"{self._why_missed(args, kwargs)}. Raise the limit with "
-                "options={'cache_size_limit': N} or KILN_CACHE_SIZE_LIMIT=N, or mark the "
-                "changing sizes dynamic."
-            )
+            logs.log("fallbacks", f"{self.label}: cache_size_limit reached; {failures}")
+            eager_notice.warn_recompile_limit(self, len(self.entries), failures)
             return self.run_eagerly(args, kwargs)
         if self.entries and logs.is_on("recompiles"):
             logs.log(
-                "recompiles", lambda: f"recompiling {self.label}: {self._why_missed(args, kwargs)}"
+                "recompiles",
+                lambda: f"recompiling {self.label}: {self._why_missed(args, kwargs)}",
             )
         if self.opts.get("trace.enabled"):  # the compile as one frame of the trace (kiln/trace)
             missed = self._why_missed(args, kwargs) if self.entries else None
@@ -183,22 +199,24 @@ class CompiledFunction:
         tracer.dynamic_policy = self._dynamic_dims
         tracer.float_slots.policy = self._dynamic_float
         _state.depth = getattr(_state, "depth", 0) + 1
+        brk = None
         try:
             # module_tree.suspended(): modules built in the trace are its own
             with tracer.mode, module_tree.suspended(), paused_gc():
                 result = self._run_root(tracer, interp, args, kwargs)
-        except GraphBreakAt as brk:
-            _state.depth -= 1
-            try:
-                return breaks.handle(self, tracer, brk)
-            finally:
-                _state.depth += 1
+        except GraphBreakAt as e:
+            brk = e  # handled below, outside this handler: the user's exceptions raised in
+            # the rest of the call must not show kiln's break as their context
         except FullgraphBreak as e:
             raise Unsupported(f"{self.label}: {e.message}") from None
         except AbortTrace as e:
-            if self.opts.fullgraph:  # what kiln cannot trace is never one graph
-                raise Unsupported(f"{self.label}: {e.reason} (fullgraph=True)") from None
-            self._give_up(e.reason, tracer)
+            if self.opts.fullgraph:
+                raise Unsupported(
+                    f"{self.label}: cannot capture as one graph under fullgraph=True\n"
+                    f"  at {e.where or '<unknown>'}\n  reason: {e.reason}"
+                    + (f"\n  hint: {e.hint}" if e.hint else "")
+                ) from None
+            self._give_up(e.reason, tracer, e.where, e.hint)
             if tracer.effects_visible or not tracer.context_vars.undo():
                 raise RuntimeError(
                     f"kiln: could not finish tracing {self.label} ({e.reason}) after it had "
@@ -208,13 +226,11 @@ class CompiledFunction:
             return self.run_eagerly(args, kwargs)
         finally:
             _state.depth -= 1
+        if brk is not None:
+            return breaks.handle(self, tracer, brk)
         if tracer.broken is not None:
             b = tracer.broken
-            self._give_up(
-                f"graph break: {b.reason}\n  at {b.where}"
-                + (f"\n  hint: {b.hint}" if b.hint else ""),
-                tracer,
-            )
+            self._give_up(f"graph break: {b.reason}", tracer, b.where, b.hint)
             return result
         try:
             self._install(tracer, result)
@@ -275,10 +291,14 @@ class CompiledFunction:
             self.dynamic_floats.add(key)
         return key in self.dynamic_floats
 
-    def _give_up(self, reason: str, tracer) -> None:
-        self.eager_reason = reason
-        logs.log("graph_breaks", f"{self.label}: {reason}")
+    def _give_up(self, reason: str, tracer, where: str = "", hint: str = "") -> None:
+        """Run this callable eagerly from now on, and say why (once per code object)."""
+        self.eager_reason = reason + (f"\n  at {where}" if where else "")
+        if hint:
+            self.eager_reason += f"\n  hint: {hint}"
+        logs.log("graph_breaks", f"{self.label}: {self.eager_reason}")
         logs.log("fallbacks", f"{self.label} runs eagerly: {reason.splitlines()[0]}")
+        eager_notice.warn_eager(self, reason, where, hint)
 
     def run_eagerly(self, args: tuple, kwargs: dict):
         return self.root_callable(*args, **kwargs)
@@ -531,3 +551,4 @@ def mark_allow_in_graph(fn):
 def reset_all() -> None:
     for c in list(_all_compiled):
         c.reset()
+    eager_notice.forget()

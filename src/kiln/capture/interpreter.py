@@ -13,6 +13,7 @@ import inspect
 import types
 from typing import Any
 
+from . import user_traceback
 from .bytecode import RETURN, YIELD, CodeInfo, code_info  # noqa: F401  (RETURN: re-exported)
 from .errors import KilnInternal
 
@@ -85,8 +86,11 @@ class Interpreter:
                 except KilnInternal:
                     raise
                 except BaseException as e:
+                    line = frame.info.location(idx)[1]
                     if self._dispatch_exception(frame, idx, e):
+                        user_traceback.caught(e, frame, line)
                         continue
+                    user_traceback.note_frame(e, frame, line, inst.opname == "RERAISE")
                     raise
                 if r is not None:
                     return r

@@ -150,7 +150,11 @@ def op_call_intrinsic_1(interp, frame, inst):
     else:
         from .errors import AbortTrace
 
-        raise AbortTrace(f"kiln's interpreter does not implement intrinsic {name}")
+        raise AbortTrace(
+            f"kiln's interpreter does not implement intrinsic {name}",
+            where=interp.location(),
+            hint="move this code into a helper function decorated with @kiln.disable",
+        )
 
 
 @opcode("LOAD_ASSERTION_ERROR")
