@@ -127,3 +127,35 @@ def test_dropout_inside_a_checkpointed_region_keeps_its_mask():
     torch.manual_seed(3)
     f(x, w).backward()
     torch.testing.assert_close(got, w.grad)
+
+
+def test_requires_grad_on_a_computed_tensor_is_a_no_op_and_compiles():
+    # HF's gradient checkpointing calls `embeddings.requires_grad_(True)` on the embedding's
+    # output: a no-op in eager; recorded in the graph, AOT autograd refused the whole graph.
+    from kiln.backends import builtin
+
+    emb = torch.nn.Embedding(20, 8)
+    lin = torch.nn.Linear(8, 3)
+
+    def step(ids):
+        h = emb(ids)
+        h.requires_grad_(True)
+        return lin(h.relu()).sum()
+
+    compiled = kiln.compile(step)
+    before = len(builtin.fallbacks())
+    for _ in range(2):
+        ids = torch.randint(0, 20, (4, 5))
+        emb.zero_grad()
+        lin.zero_grad()
+        loss = compiled(ids)
+        loss.backward()
+        got = [p.grad.clone() for p in (*emb.parameters(), *lin.parameters())]
+        emb.zero_grad()
+        lin.zero_grad()
+        want_loss = step(ids)
+        want_loss.backward()
+        torch.testing.assert_close(loss, want_loss)
+        for g, p in zip(got, (*emb.parameters(), *lin.parameters())):
+            torch.testing.assert_close(g, p.grad)
+    assert builtin.fallbacks()[before:] == []

@@ -19,6 +19,7 @@ import warnings
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import CheckpointPolicy
 import torch.utils.checkpoint as torch_checkpoint
 
 CHECKPOINT = torch_checkpoint.checkpoint
@@ -61,7 +62,8 @@ def run_checkpointed(interp, args: tuple, kwargs: dict, call) -> Any:
     if before is not None and interp.tracer.recording:
         for node in graph.nodes:
             if node not in before and node.op in ("call_function", "call_method"):
-                node.meta["recompute"] = True
+                # torch's own mark (FX prints and checks it as a CheckpointPolicy)
+                node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
     return out
 
 
