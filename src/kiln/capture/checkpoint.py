@@ -19,8 +19,8 @@ import warnings
 from typing import Any
 
 import torch
-from torch.utils.checkpoint import CheckpointPolicy
 import torch.utils.checkpoint as torch_checkpoint
+from torch.utils.checkpoint import CheckpointPolicy
 
 CHECKPOINT = torch_checkpoint.checkpoint
 
