@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import logs, trace
-from ..devices import Device, device_for
+from ..devices import DEVICES, Device, device_for, tensor_device_type
 from ..lower import GraphUnsupported, extern_summary, lower_graph
 from ..options import Options
 from ..rewrites import run_rewrites
@@ -100,8 +100,6 @@ def _resolve(
         name = options.get("codegen.device")  # None: by the tensors' device type
     dev = device_for(example_inputs, gm, name)
     if dev is None:
-        from ..devices import DEVICES, tensor_device_type
-
         kind = tensor_device_type(example_inputs, gm)
         raise GraphUnsupported(
             f"no kiln device compiles {kind} tensors (registered: {', '.join(sorted(DEVICES))}; "

@@ -26,6 +26,7 @@ of the pipeline.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -127,23 +128,22 @@ class Device:
     graph_runner: Any = None
     description: str = ""
 
+    # Imported on first use when named as "module:attribute", then kept on this Device itself
+    # (a copy made with dataclasses.replace loads its own).
+    @functools.cached_property
+    def _codegen(self) -> CodeGen:
+        return _load(self.codegen) if isinstance(self.codegen, str) else self.codegen
+
+    @functools.cached_property
+    def _graph_runner(self) -> Any:
+        runner = self.graph_runner
+        return _load(runner) if isinstance(runner, str) else runner
+
     def load_codegen(self) -> CodeGen:
-        return _resolved(self, "codegen")
+        return self._codegen
 
     def load_graph_runner(self) -> Any:
-        return _resolved(self, "graph_runner")
-
-
-_RESOLVED: dict[tuple[int, str], Any] = {}  # (id of a Device, field) -> the loaded object
-
-
-def _resolved(device: Device, name: str) -> Any:
-    """`device.<name>`, imported on first use when it is a "module:attribute" string."""
-    key = (id(device), name)
-    if key not in _RESOLVED:
-        value = getattr(device, name)
-        _RESOLVED[key] = _load(value) if isinstance(value, str) else value
-    return _RESOLVED[key]
+        return self._graph_runner
 
 
 DEVICES: dict[str, Device] = {}
@@ -167,18 +167,12 @@ def register_device(name: str, device: Device) -> Device:
     from ..rewrites import check_names  # the device's rewrites must exist
 
     check_names(device.rewrites)
-    old = DEVICES.get(name)
-    if old is not None and old is not device:
-        unregister_device(name)
     DEVICES[name] = device
     return device
 
 
 def unregister_device(name: str) -> None:
-    device = DEVICES.pop(name, None)
-    if device is not None:
-        for key in [k for k in _RESOLVED if k[0] == id(device)]:
-            del _RESOLVED[key]
+    DEVICES.pop(name, None)
 
 
 def get_device(name: str) -> Device:
@@ -198,19 +192,27 @@ def _tensors(values: Iterable[object]) -> Iterator[torch.Tensor]:
             yield from _tensors(v)
 
 
+def accelerator_of(values: Iterable[object]) -> torch.device | None:
+    """The device a graph's kernels run on, from its tensors (nested lists and tuples too): that
+    of the first tensor not on the CPU (a CPU scalar beside CUDA tensors is copied over by the
+    wrapper, or read by the ATen call that takes it); None when every tensor is on the CPU.
+    The one rule for lower/, the pipeline and the device's builder."""
+    for t in _tensors(values):
+        if t.device.type not in ("cpu", "meta"):
+            return t.device
+    return None
+
+
 def tensor_device_type(
     example_inputs: Sequence[object], gm: torch.fx.GraphModule | None = None
 ) -> str:
-    """The device type a graph's tensors live on: that of its first tensor not on the CPU (a
-    CPU scalar beside CUDA tensors is copied over by the wrapper), else "cpu"."""
-    tensors = list(_tensors(example_inputs))
+    """The device type of a graph's tensors, its inputs and its constants (`accelerator_of`),
+    "cpu" when all are on the CPU."""
+    tensors = list(example_inputs)
     if gm is not None:
-        attrs = (getattr(gm, n.target, None) for n in gm.graph.nodes if n.op == "get_attr")
-        tensors += [t for t in attrs if isinstance(t, torch.Tensor)]
-    for t in tensors:
-        if t.device.type not in ("cpu", "meta"):
-            return t.device.type
-    return "cpu"
+        tensors += [getattr(gm, n.target, None) for n in gm.graph.nodes if n.op == "get_attr"]
+    found = accelerator_of(tensors)
+    return found.type if found is not None else "cpu"
 
 
 def device_for(
@@ -237,6 +239,7 @@ __all__ = [
     "DEVICES",
     "Device",
     "LOOP_DTYPES",
+    "accelerator_of",
     "device_for",
     "get_device",
     "graph_runner_for",

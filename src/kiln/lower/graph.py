@@ -22,7 +22,7 @@ from typing import Any, TypeGuard
 import torch
 
 from .. import logs, trace
-from ..devices import Capabilities
+from ..devices import Capabilities, accelerator_of
 from ..rewrites.meta import ensure_meta
 from .context import LoweringContext
 from .ir import (
@@ -135,13 +135,10 @@ def _extern(
 
 
 def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[object]) -> torch.device:
-    """The device a graph's tensors live on: that of its first tensor not on the CPU (a CPU
-    scalar beside GPU tensors is copied over), else the CPU."""
+    """The device a graph's tensors live on (`devices.accelerator_of`: placeholders' fake
+    values first, then the example inputs), else the CPU."""
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
-    for t in vals + list(example_inputs):
-        if isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta"):
-            return t.device
-    return torch.device("cpu")
+    return accelerator_of(vals + list(example_inputs)) or torch.device("cpu")
 
 
 @trace.timed("lower")

@@ -18,6 +18,7 @@ import contextlib
 import torch
 
 from ... import native
+from ...devices import accelerator_of
 from ...lower.ir import LoopGraph
 from ...runtime.triton_builder import (
     TritonNotFound,
@@ -145,8 +146,11 @@ def _launches(module: TritonModule, graph: LoopGraph) -> dict:
 
 
 def _graph_device(example_inputs, graph: LoopGraph) -> torch.device:
-    tensors = [t for t in list(example_inputs) + list(graph.constants.values())]
-    tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
-    for t in sorted(tensors, key=lambda t: t.device.type == "cpu"):
-        return t.device
+    """Where the wrapper allocates (`devices.accelerator_of`); CPU tensors alone run in Triton's
+    interpreter; a graph without tensors runs on the GPU when there is one."""
+    found = accelerator_of(list(example_inputs) + list(graph.constants.values()))
+    if found is not None:
+        return found
+    if any(isinstance(t, torch.Tensor) for t in (*example_inputs, *graph.constants.values())):
+        return torch.device("cpu")
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
