@@ -118,3 +118,27 @@ def compare(
                 if r.grad is not None:
                     assert_close(g.grad, r.grad, f"grad of input {k}", **tol)
     return compiled
+
+
+def trains_like_eager(program, shapes: list[tuple], backend: str, calls: int = 3):
+    """`kiln.compile(program, backend=backend)` called `calls` times on fresh random inputs of
+    `shapes` that require grad: the output and every input's gradient (against a random output
+    gradient) equal eager's, and no graph fell back to eager kernels. Gives the compiled
+    function."""
+    import kiln
+    from kiln.backends import builtin
+
+    compiled = kiln.compile(program, backend=backend)
+    before = len(builtin.fallbacks())
+    for _ in range(calls):
+        inputs = [torch.randn(s, requires_grad=True) for s in shapes]
+        eager_inputs = clone_inputs(inputs)
+        got, expected = compiled(*inputs), program(*eager_inputs)
+        torch.testing.assert_close(got, expected)
+        g = torch.randn_like(got)
+        got.backward(g)
+        expected.backward(g)
+        for x, xe in zip(inputs, eager_inputs):
+            torch.testing.assert_close(x.grad, xe.grad)
+    assert builtin.fallbacks()[before:] == []
+    return compiled

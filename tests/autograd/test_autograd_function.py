@@ -7,8 +7,8 @@ fails. Compared with eager on fresh inputs; no fallback to eager kernels."""
 
 import pytest
 import torch
+from aot_helpers import trains_like_eager
 
-import kiln
 from kiln.backends import builtin
 
 
@@ -75,19 +75,8 @@ def test_autograd_function_keeps_its_backward(kind, backend):
     def prog(x, w):
         return apply(x.sin(), w).tanh().sum(0)
 
-    cf = kiln.compile(prog, backend=backend)
     before = len(builtin.fallbacks())
-    for _ in range(3):
-        x = torch.randn(3, 4, requires_grad=True)
-        w = torch.randn(4, 5, requires_grad=True)
-        xe, we = (t.detach().clone().requires_grad_(True) for t in (x, w))
-        got, expected = cf(x, w), prog(xe, we)
-        torch.testing.assert_close(got, expected)
-        g = torch.randn_like(got)
-        got.backward(g)
-        expected.backward(g)
-        torch.testing.assert_close(x.grad, xe.grad)
-        torch.testing.assert_close(w.grad, we.grad)
+    cf = trains_like_eager(prog, [(3, 4), (4, 5)], backend)
     with torch.no_grad():
         x, w = torch.randn(3, 4), torch.randn(4, 5)
         torch.testing.assert_close(cf(x, w), prog(x, w))

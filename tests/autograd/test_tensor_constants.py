@@ -5,9 +5,7 @@ read, nothing falls back to eager kernels, and results and gradients equal eager
 
 import pytest
 import torch
-
-import kiln
-from kiln.backends import builtin
+from aot_helpers import trains_like_eager
 
 
 def _program(x, w):
@@ -19,20 +17,7 @@ def _program(x, w):
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_tensor_constants_in_forward_and_backward(backend):
-    cf = kiln.compile(_program, backend=backend)
-    before = len(builtin.fallbacks())
-    for _ in range(3):
-        x = torch.randn(4, 5, requires_grad=True)
-        w = torch.randn(5, 3, requires_grad=True)
-        xe, we = (t.detach().clone().requires_grad_(True) for t in (x, w))
-        got, expected = cf(x, w), _program(xe, we)
-        torch.testing.assert_close(got, expected)
-        g = torch.randn_like(got)
-        got.backward(g)
-        expected.backward(g)
-        torch.testing.assert_close(x.grad, xe.grad)
-        torch.testing.assert_close(w.grad, we.grad)
-    assert builtin.fallbacks()[before:] == []
+    cf = trains_like_eager(_program, [(4, 5), (5, 3)], backend)
     state = cf._kiln_compiled
     assert state.eager_reason is None and not state.breaks
     assert len(state.graph_modules) == 1
