@@ -70,6 +70,29 @@ def test_eager_compiler_is_correct_and_measured(models):
     assert row["median_ms"] > 0
     assert row["peak_mem_bytes"] > 0
     assert (row["graphs"], row["graph_breaks"]) == (0, 0)
+    assert row["steady_ms"] is None  # a CUDA figure: calls on the CPU are synchronous
+
+
+@pytest.mark.gpu
+def test_back_to_back_times_each_call_of_a_loop():
+    """Back-to-back blocks: warm-up and timed calls of every step alike, each timed call's
+    device time from its events; a step that queues 10x the work takes about 10x longer."""
+    x = torch.randn(2048, 2048, device="cuda")
+    calls = [0, 0]
+
+    def small(inputs):
+        calls[0] += 1
+        return x @ x
+
+    def large(inputs):
+        calls[1] += 1
+        for _ in range(10):
+            x @ x
+
+    small_ms, large_ms = measure.back_to_back_medians([small, large], ())
+    per_step = measure.B2B_BLOCKS * (measure.B2B_WARMUP + measure.B2B_CALLS)
+    assert calls == [per_step, per_step]
+    assert 5 * small_ms < large_ms < 20 * small_ms
 
 
 def test_wrong_output_is_caught(models):

@@ -166,3 +166,14 @@ def test_markdown_says_rows_are_medians_over_processes(tmp_path):
     rows = [{**r, "processes": 3} for r in ROWS[:-1]] + [{**ROWS[-1], "processes": 1}]
     report.write_markdown(str(path), rows, SKIPPED, META)
     assert "median over 1 to 3 fresh processes (a row's `processes`" in path.read_text()
+
+
+def test_back_to_back_geomean_over_rows_that_have_one():
+    rows = [
+        {"compiler": "kiln", "mode": "default", "correct": True, "steady_speedup_vs_eager": 2.0},
+        {"compiler": "kiln", "mode": "default", "correct": True, "steady_speedup_vs_eager": 0.5},
+        {"compiler": "kiln", "mode": "default", "correct": True, "steady_speedup_vs_eager": None},
+        {"compiler": "kiln", "mode": "default", "correct": False, "steady_speedup_vs_eager": 9.0},
+        {"compiler": "eager", "mode": "default", "correct": True, "steady_speedup_vs_eager": 1.0},
+    ]
+    assert report.geomean_steady_speedups(rows) == {"kiln default": (1.0, 2)}

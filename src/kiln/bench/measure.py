@@ -18,8 +18,15 @@ How each figure is taken:
   forward + backward), device synchronised: what a user waits for on a cold start.
 - median_ms: median of interleaved runs: eager and compiled alternate (order swapped every
   round) so that load from other processes falls on both alike; on CUDA each run is timed with
-  CUDA events after a synchronize. speedup_vs_eager is eager's median over the compiled one's,
-  both from the same process.
+  CUDA events after a synchronize: a call started on an idle device, CPU launch cost included.
+  speedup_vs_eager is eager's median over the compiled one's, both from the same process.
+- steady_ms (CUDA only): back-to-back time, as a training or serving loop runs: blocks of
+  `B2B_CALLS` calls after `B2B_WARMUP` untimed ones, no synchronize between calls, each call
+  timed by CUDA events recorded around it on the stream (so a call's time is what the device
+  spent from its first launch to its last, including gaps where the CPU could not keep up);
+  the median over `B2B_BLOCKS` blocks per step, eager's and the compiled step's blocks
+  alternating. steady_speedup_vs_eager is eager's over the compiled one's. On the CPU calls are
+  synchronous and median_ms already is the back-to-back time.
 - peak_mem_bytes: on CUDA, `torch.cuda.max_memory_allocated()` over one steady-state call
   (parameters, inputs and memory the compiled function holds included). On CPU, the bytes of the
   parameters, buffers and inputs, plus the arena blocks kiln's compiled graphs hold between
@@ -251,6 +258,35 @@ def interleaved_medians(
     return [statistics.median(t) for t in times]
 
 
+B2B_WARMUP, B2B_CALLS, B2B_BLOCKS = 5, 30, 3
+
+
+def back_to_back_medians(steps: list[Callable], inputs: tuple) -> list[float]:
+    """Median milliseconds per call of each step called back to back on a CUDA device (see
+    the module docstring); the steps' blocks alternate, order swapped every block."""
+    times: list[list[float]] = [[] for _ in steps]
+    for b in range(B2B_BLOCKS):
+        order = range(len(steps)) if b % 2 == 0 else reversed(range(len(steps)))
+        for i in order:
+            times[i] += _back_to_back_block(steps[i], inputs)
+    return [statistics.median(t) for t in times]
+
+
+def _back_to_back_block(step: Callable, inputs: tuple) -> list[float]:
+    torch.cuda.synchronize()
+    for _ in range(B2B_WARMUP):
+        step(inputs)
+    events = []
+    for _ in range(B2B_CALLS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step(inputs)
+        end.record()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events]
+
+
 def _time_one(step: Callable, inputs: tuple, device: str) -> float:
     if device.startswith("cuda"):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -343,11 +379,22 @@ def _run_task(task: Task, bench_model, compile_fn, lock: PhaseLock) -> list[dict
         phase = "timing"
         with lock.exclusive():
             eager_ms, compiled_ms = _time_rows(task, step_e, step_c, fresh)
+            steady = _steady_rows(task, step_e, step_c, fresh)
         row.update(
             median_ms=compiled_ms, eager_ms=eager_ms, speedup_vs_eager=eager_ms / compiled_ms
         )
         if eager is not None:
             eager.update(median_ms=eager_ms, eager_ms=eager_ms, speedup_vs_eager=1.0)
+        if steady is not None:
+            eager_steady, compiled_steady = steady
+            row.update(
+                steady_ms=compiled_steady,
+                eager_steady_ms=eager_steady,
+                steady_speedup_vs_eager=eager_steady / compiled_steady,
+            )
+            if eager is not None:
+                eager.update(steady_ms=eager_steady, eager_steady_ms=eager_steady)
+                eager["steady_speedup_vs_eager"] = 1.0
         phase = "memory"
         step_e = model_e = ref = first = None  # free eager's copy: only the compiled one is live
         row["peak_mem_bytes"] = peak_memory(step_c, fresh, task.device)
@@ -368,6 +415,17 @@ def _time_rows(task: Task, step_e, step_c, fresh) -> tuple[float, float]:
         (eager_ms,) = interleaved_medians([step_e], fresh, task.device, task.timing_s)
         return eager_ms, eager_ms
     eager_ms, compiled_ms = interleaved_medians([step_e, step_c], fresh, task.device, task.timing_s)
+    return eager_ms, compiled_ms
+
+
+def _steady_rows(task: Task, step_e, step_c, fresh) -> tuple[float, float] | None:
+    """(eager's back-to-back median ms, the compiled one's) on CUDA; None on the CPU."""
+    if not task.device.startswith("cuda"):
+        return None
+    if task.compiler == "eager":
+        (eager_ms,) = back_to_back_medians([step_e], fresh)
+        return eager_ms, eager_ms
+    eager_ms, compiled_ms = back_to_back_medians([step_e, step_c], fresh)
     return eager_ms, compiled_ms
 
 
@@ -450,6 +508,9 @@ def base_row(task: Task) -> dict:
         "graphs": None,
         "graph_breaks": None,
         "eager_ms": None,
+        "steady_ms": None,  # back-to-back (CUDA only)
+        "eager_steady_ms": None,
+        "steady_speedup_vs_eager": None,
         "max_err": None,
         "error": None,
         "break_reasons": [],

@@ -13,12 +13,12 @@ row, comparing two compilers' rows, which come from different processes, is a lo
 their true difference is a few percent. The median over N processes drops the unlucky ones.
 
 How each field is merged, and why:
-- `compile_s`, `median_ms`, `eager_ms`: the median over the processes that measured it; the
-  per-process values stay in `<field>_runs` (None where a process failed), so a reader sees the
-  spread and which process failed.
-- `speedup_vs_eager`: the median of the per-process speedups, not a ratio of medians: each is
-  eager over compiled timed interleaved within one process, so a slow process slows both sides
-  and its ratio stays fair. `speedup_vs_eager_runs` keeps them.
+- `compile_s`, `median_ms`, `eager_ms`, `steady_ms`, `eager_steady_ms`: the median over the
+  processes that measured it; the per-process values stay in `<field>_runs` (None where a
+  process failed), so a reader sees the spread and which process failed.
+- `speedup_vs_eager`, `steady_speedup_vs_eager`: the median of the per-process speedups, not a
+  ratio of medians: each is eager over compiled timed interleaved within one process, so a
+  slow process slows both sides and its ratio stays fair. `speedup_vs_eager_runs` keeps them.
 - `peak_mem_bytes`, `max_err`, `graphs`, `graph_breaks`, `fallbacks`: the worst (largest) any
   process saw, since one bad process is a real finding, not noise.
 - `correct`: False if any process was wrong, else None if any gave no verdict, else True.
@@ -32,7 +32,15 @@ from __future__ import annotations
 
 import statistics
 
-MEDIANS = ("compile_s", "median_ms", "eager_ms", "speedup_vs_eager")
+MEDIANS = (
+    "compile_s",
+    "median_ms",
+    "eager_ms",
+    "speedup_vs_eager",
+    "steady_ms",
+    "eager_steady_ms",
+    "steady_speedup_vs_eager",
+)
 MAXIMA = ("peak_mem_bytes", "max_err", "graphs", "graph_breaks", "fallbacks")
 UNIONS = ("break_reasons", "fallback_reasons")
 # Fields that name the row: every process's row at one position must agree on them.

@@ -43,6 +43,9 @@ _COLUMNS = (
     ("ms", 9, lambda r: _num(r["median_ms"], "{:.3f}")),
     ("eager ms", 9, lambda r: _num(r.get("eager_ms"), "{:.3f}")),
     ("speedup", 7, lambda r: _num(r["speedup_vs_eager"], "{:.2f}x")),
+    # back-to-back (CUDA): calls in a loop, as training and serving run them; "-" on the CPU
+    ("b2b ms", 9, lambda r: _num(r.get("steady_ms"), "{:.3f}")),
+    ("b2b x", 6, lambda r: _num(r.get("steady_speedup_vs_eager"), "{:.2f}x")),
     ("peak MiB", 8, lambda r: _num(r["peak_mem_bytes"], "{:.1f}", 1 / 2**20)),
     ("graphs", 6, lambda r: _num(r["graphs"], "{}")),
     ("breaks", 6, lambda r: _num(r["graph_breaks"], "{}")),
@@ -146,6 +149,18 @@ def geomean_speedups(rows: list[dict]) -> dict[str, tuple[float, int, int]]:
     }
 
 
+def geomean_steady_speedups(rows: list[dict]) -> dict[str, tuple[float, int]]:
+    """Per `compiler mode`: geometric mean back-to-back speedup over correct rows that have one
+    (CUDA rows), and how many rows."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        if r["compiler"] != "eager" and r["correct"] and r.get("steady_speedup_vs_eager"):
+            groups.setdefault(f"{r['compiler']} {r['mode']}", []).append(
+                r["steady_speedup_vs_eager"]
+            )
+    return {k: (math.exp(sum(map(math.log, v)) / len(v)), len(v)) for k, v in groups.items()}
+
+
 def compile_time_ratios(rows: list[dict]) -> dict[str, tuple[float, int]]:
     """Per mode: geometric mean of kiln's compile time over torch.compile's, same model."""
     by_key = {(r["model"], r["train"], r["dtype"], r["mode"], r["compiler"]): r for r in rows}
@@ -164,6 +179,8 @@ def summary_lines(rows: list[dict], skipped: list[dict]) -> list[str]:
         lines.append(
             f"geomean speedup over eager, {key}: {g:.2f}x ({n} correct rows{with_fallbacks})"
         )
+    for key, (g, n) in sorted(geomean_steady_speedups(rows).items()):
+        lines.append(f"geomean back-to-back speedup over eager, {key}: {g:.2f}x ({n} rows)")
     for mode, (g, n) in sorted(compile_time_ratios(rows).items()):
         lines.append(f"kiln compile time / torch.compile's, {mode}: {g:.2f} (geomean, {n} models)")
     for r in rows:
