@@ -131,6 +131,22 @@ def _resnet_dims(size: str):
     )
 
 
+def _mlp_b64_dims(size: str) -> tuple[int, int, int, int]:
+    """(batch, dim, hidden, depth): the speed issue's small-batch MLP, 4 x (Linear 1024->4096,
+    GELU, Linear 4096->1024, LayerNorm) at batch 64: launch- and GEMM-epilogue-bound."""
+    return pick(size, (8, 32, 64, 2), (16, 256, 1024, 2), (64, 1024, 4096, 4))
+
+
+def _mlp_b64_model(size: str) -> nn.Module:
+    _, dim, hidden, depth = _mlp_b64_dims(size)
+    return DeepMLP(dim, hidden, depth)
+
+
+def _mlp_b64_inputs(size: str, gen: torch.Generator) -> tuple:
+    batch, dim, _, _ = _mlp_b64_dims(size)
+    return (randn(gen, batch, dim),)
+
+
 def _mlp_model(size: str) -> nn.Module:
     _, dim, hidden, depth = _mlp_dims(size)
     return DeepMLP(dim, hidden, depth)
@@ -172,6 +188,9 @@ MODELS = {
     m.name: m
     for m in (
         BenchModel("mlp", "deep MLP: Linear/GELU/Linear/LayerNorm blocks", _mlp_model, _mlp_inputs),
+        BenchModel(
+            "mlp_b64", "the MLP blocks at batch 64, dim 1024", _mlp_b64_model, _mlp_b64_inputs
+        ),
         BenchModel(
             "pointwise", "chain of a dozen elementwise ops", _pointwise_model, _pointwise_inputs
         ),
