@@ -61,6 +61,7 @@ def main() -> None:
     p.add_argument("--model", default="pointwise")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--out", default=".")
+    p.add_argument("--no-torch", action="store_true", help="kiln and eager only")
     args = p.parse_args()
     import kiln
     from kiln.bench.suite import load_models
@@ -78,13 +79,16 @@ def main() -> None:
         torch.cuda.synchronize()
         with open(os.path.join(args.out, "kiln_code.txt"), "w") as f:
             f.write(buf.getvalue())
-        tfn = torch.compile(model)
-        tfn(*inputs)
-        torch.cuda.synchronize()
-        with open(os.path.join(args.out, "torch_code.txt"), "w") as f:
-            f.write(_inductor_sources())
+        runs = [("eager", model), ("kiln", kfn)]
+        if not args.no_torch:
+            tfn = torch.compile(model)
+            tfn(*inputs)
+            torch.cuda.synchronize()
+            with open(os.path.join(args.out, "torch_code.txt"), "w") as f:
+                f.write(_inductor_sources())
+            runs += [("torch", tfn), ("kiln", kfn)]
         eager = b2b_ms(model, inputs)
-        for name, fn in (("eager", model), ("kiln", kfn), ("torch", tfn), ("kiln", kfn)):
+        for name, fn in runs:
             print(f"{name}: {b2b_ms(fn, inputs):.4f} ms back to back (eager {eager:.4f})")
 
 

@@ -68,6 +68,7 @@ def make_libdevice() -> SimpleNamespace:
         sinh=_unary(np.sinh),
         cosh=_unary(np.cosh),
         tanh=_unary(np.tanh),
+        rsqrt=_unary(lambda x: 1.0 / np.sqrt(x)),
         asinh=_unary(np.arcsinh),
         acosh=_unary(np.arccosh),
         atanh=_unary(np.arctanh),
