@@ -139,6 +139,11 @@ def compile_graph_strict(
     run_rewrites(gm, example_inputs, _rewrites(dev, options))
     graph = lower_graph(gm, example_inputs, caps)
     logs.log("passes", lambda: f"after lower ({dev.name}):\n{graph}")
+    if graph.symbolic and not caps.symbolic_sizes:
+        raise GraphUnsupported(
+            f"the {dev.name} code generator compiles static sizes only, and this graph's sizes "
+            f"are symbolic ({', '.join(sorted(map(str, graph.hints)))}); compile it per size"
+        )
     debug = options if options is not None else Options()
     sched = schedule(
         graph,

@@ -65,12 +65,15 @@ class Capabilities:
     out_variants: ATen ops (matmuls) the wrapper calls with `out=` into a buffer the memory plan
         gives, mapped to their `.out` overloads; the plan may then reuse their outputs.
     arena: intermediates live in one block the wrapper keeps from call to call (schedule/arena).
+    symbolic_sizes: kernels and wrapper take sizes known only per call (lower/symbolic.py);
+        without it a graph with symbolic sizes is declined.
     """
 
     dtypes: frozenset = LOOP_DTYPES
     indirect_loads: bool = False
     out_variants: Mapping[Any, Any] = field(default_factory=lambda: MappingProxyType({}))
     arena: bool = False
+    symbolic_sizes: bool = False
 
 
 class CodeGen(Protocol):

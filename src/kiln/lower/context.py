@@ -38,6 +38,7 @@ from .ir import (
     node_size,
 )
 from .registry import Unsupported
+from .symbolic import from_torch
 
 Scalar = Union[bool, int, float]
 
@@ -64,6 +65,7 @@ class LoweringContext:
         # None entries) for an op with several outputs.
         self.out: torch.Tensor | tuple | list | None = None
         self.op: torch._ops.OpOverload | None = None  # the ATen overload being lowered
+        self.symbolic = False  # does the graph have symbolic sizes (lower/symbolic.py)?
 
     # -- nodes ------------------------------------------------------------------------------
     def fresh(self, prefix: str = "buf") -> str:
@@ -96,7 +98,7 @@ class LoweringContext:
 
     @property
     def out_size(self) -> tuple:
-        return tuple(int(s) for s in self._single_out().shape)
+        return tuple(from_torch(s) for s in self._single_out().shape)
 
     @property
     def out_dtype(self) -> torch.dtype:
@@ -194,7 +196,7 @@ class LoweringContext:
             base = node.base
         else:
             base = node.name
-        size = tuple(int(s) for s in size)
+        size = tuple(from_torch(s) for s in size)
         if base == ref.name and size == self.size(ref) and index == index_vars(len(size)):
             return ref
         return self.add(View(self.fresh("view"), base, size, node_dtype(node), index))

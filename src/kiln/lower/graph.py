@@ -19,12 +19,14 @@ import operator
 from collections.abc import Sequence
 from typing import Any, TypeGuard
 
+import sympy
 import torch
 
 from .. import logs, trace
 from ..devices import Capabilities, accelerator_of
 from ..rewrites.meta import ensure_meta
 from .context import LoweringContext
+from .indexing import ReshapeUnsupported
 from .ir import (
     BufRef,
     Constant,
@@ -38,6 +40,13 @@ from .ir import (
 )
 from .layouts import store_in_eager_order
 from .registry import Unsupported, lowering_for
+from .symbolic import (
+    SymbolicUnsupported,
+    from_torch,
+    graph_hints,
+    sizes_of,
+    using_hints,
+)
 
 # Extern calls seen by this process, by op and reason (benchmarks and the OpInfo sweep read it).
 EXTERN_COUNTS: collections.Counter = collections.Counter()
@@ -53,10 +62,26 @@ DEFAULT_CAPABILITIES = Capabilities(indirect_loads=True)
 
 
 def _layout(t: torch.Tensor) -> Layout:
-    for s in tuple(t.shape) + tuple(t.stride()):
-        if not isinstance(s, int):
-            raise GraphUnsupported("symbolic (dynamic) sizes are not supported by codegen yet")
-    return Layout(tuple(t.shape), tuple(t.stride()), t.dtype, int(t.storage_offset()))
+    """A tensor's layout; symbolic sizes and strides as expressions (lower/symbolic.py)."""
+    try:
+        size, stride, offset = sizes_of(t)
+    except SymbolicUnsupported as e:
+        raise GraphUnsupported(str(e)) from None
+    return Layout(size, stride, t.dtype, offset)
+
+
+def _sym_value(val: object) -> object:
+    """The kiln value of an FX node that computes an integer (a size, `sym_size`, arithmetic on
+    sizes), or `_NOT_SYM` when `val` is not one."""
+    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        try:
+            return from_torch(val)
+        except SymbolicUnsupported as e:
+            raise GraphUnsupported(str(e)) from None
+    return _NOT_SYM
+
+
+_NOT_SYM = object()
 
 
 # What each FX node lowered to: a BufRef, a tuple of them (None for non-tensor outputs), or the
@@ -148,10 +173,23 @@ def lower_graph(
     capabilities: Capabilities | None = None,
 ) -> LoopGraph:
     """The loop IR of `gm` (module doc) for a device with `capabilities`."""
-    caps = capabilities if capabilities is not None else DEFAULT_CAPABILITIES
     ensure_meta(gm, example_inputs)
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    hints = graph_hints(vals)
+    with using_hints(hints):
+        return _lower(gm, example_inputs, capabilities, hints)
+
+
+def _lower(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[object],
+    capabilities: Capabilities | None,
+    hints: dict,
+) -> LoopGraph:
+    caps = capabilities if capabilities is not None else DEFAULT_CAPABILITIES
     device = graph_device(gm, example_inputs)
     ctx = LoweringContext(device=device, indirect_loads=caps.indirect_loads, dtypes=caps.dtypes)
+    ctx.symbolic = bool(hints)
     env: Env = {}
     inputs: list[str] = []
     constants: dict[str, torch.Tensor] = {}
@@ -159,13 +197,25 @@ def lower_graph(
     if len(placeholders) != len(example_inputs):
         raise GraphUnsupported("graph placeholders and example inputs differ in number")
     outputs: tuple = ()
+    signature: list[str] = []
+    scalars: dict[str, object] = {}
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            example = example_inputs[len(inputs)]
+            example = example_inputs[len(signature)]
+            name = f"arg{len(signature)}"
+            signature.append(name)
+            # A symbolic graph's placeholders carry fake values with symbolic sizes; the
+            # example inputs may be real tensors of one size.
+            fake = node.meta.get("val")
+            sym = _sym_value(fake)
+            if sym is not _NOT_SYM or (isinstance(example, int) and not isinstance(example, bool)):
+                value = sym if sym is not _NOT_SYM else example
+                env[node] = scalars[name] = value
+                continue
             if not isinstance(example, torch.Tensor):
                 raise GraphUnsupported(f"input {node.name} is not a tensor")
-            name = f"arg{len(inputs)}"
-            env[node] = ctx.add(Input(name, _layout(example)))
+            shown = fake if isinstance(fake, torch.Tensor) and hints else example
+            env[node] = ctx.add(Input(name, _layout(shown)))
             inputs.append(name)
         elif node.op == "get_attr":
             tensor = getattr(gm, node.target)
@@ -177,6 +227,9 @@ def lower_graph(
         elif node.op == "call_function" and node.target is operator.getitem:
             base, idx = node.args
             env[node] = env[base][idx]
+        elif node.op == "call_function" and _sym_value(node.meta.get("val")) is not _NOT_SYM:
+            # sizes and arithmetic on them (`sym_size`, `s0 * s1`): their value as an expression
+            env[node] = _sym_value(node.meta.get("val"))
         elif node.op == "call_function":
             schema = getattr(node.target, "_schema", None)
             if schema is not None and schema.is_mutable:
@@ -192,8 +245,19 @@ def lower_graph(
             outputs = tuple(_output(v, env) for v in _flat_outputs(node.args[0]))
         else:
             raise GraphUnsupported(f"FX node kind {node.op!r} ({node.target}) in an ATen graph")
-    graph = LoopGraph(tuple(ctx.nodes.values()), tuple(inputs), outputs, constants)
-    return graph
+    if scalars:
+        missing = [n for n, v in scalars.items() if not isinstance(v, (int, sympy.Basic))]
+        if missing:
+            raise GraphUnsupported(f"inputs {', '.join(missing)} are not integers or sizes")
+    return LoopGraph(
+        tuple(ctx.nodes.values()),
+        tuple(inputs),
+        outputs,
+        constants,
+        scalars,
+        tuple(signature) if scalars else (),
+        hints,
+    )
 
 
 def _flat_outputs(out: object) -> list[Any]:
@@ -206,6 +270,8 @@ def _flat_outputs(out: object) -> list[Any]:
 def _output(value: object, env: Env) -> str | int | float | bool | None:
     if isinstance(value, torch.fx.Node):
         ref = env[value]
+        if isinstance(ref, (int, sympy.Basic)):  # a size the graph returns
+            return ref
         if not isinstance(ref, BufRef):
             raise GraphUnsupported(f"output {value.name} is not a single tensor")
         return ref.name
@@ -228,9 +294,16 @@ def _lower_node(
         checkpoint = dict(ctx.nodes)
         try:
             return store_in_eager_order(ctx, lowering(ctx, *args, **kwargs), val)
-        except Unsupported as e:
+        except (Unsupported, ReshapeUnsupported, SymbolicUnsupported) as e:
             ctx.nodes = checkpoint
             reason = f"lowering declined: {e}"
+        except TypeError as e:
+            # A lowering that compared a symbolic size as a number (sympy cannot say whether
+            # `s0 < 4`): kept as an ATen call, which is right for every size.
+            if not ctx.symbolic:
+                raise
+            ctx.nodes = checkpoint
+            reason = f"lowering needs static sizes here ({e})"
     return _extern(ctx, target, args, kwargs, val, reason)
 
 

@@ -47,6 +47,8 @@ class FloorDiv(sympy.Function):
             return sympy.Integer(int(a) // int(b))
         if isinstance(a, FloorDiv):  # (x // c) // b == x // (c*b)
             return FloorDiv(a.args[0], a.args[1] * b)
+        if not b.is_Integer:  # a symbolic size: only an exact quotient simplifies
+            return _exact_quotient(a, b)
         if a.is_Mul and a.args[0].is_Integer and int(a.args[0]) % int(b) == 0:
             return sympy.Mul(sympy.Integer(int(a.args[0]) // int(b)), *a.args[1:])
         return None
@@ -64,9 +66,23 @@ class ModularIndexing(sympy.Function):
             return sympy.Integer(0)
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) % int(b))
+        if not b.is_Integer:  # a symbolic size: a multiple of it is 0 modulo it
+            return sympy.Integer(0) if _exact_quotient(a, b) is not None else None
         if a.is_Mul and a.args[0].is_Integer and int(a.args[0]) % int(b) == 0:
             return sympy.Integer(0)
         return None
+
+
+def _exact_quotient(a, b):
+    """`a / b` when it is a polynomial with integer coefficients (`4*s0*i0 / s0`), else None:
+    then `a // b` is that for every value of the symbols."""
+    q = sympy.expand(a / b)
+    if sympy.fraction(sympy.together(q))[1] != 1:
+        return None
+    terms = sympy.Add.make_args(q)
+    if all(t.as_coeff_Mul()[0].is_Integer and t.is_polynomial() for t in terms):
+        return q
+    return None
 
 
 class Indirect(sympy.Function):
@@ -83,16 +99,18 @@ class Indirect(sympy.Function):
     is_nonnegative = True
 
     @classmethod
-    def make(cls, buf: str, index, size: int, wrap: bool) -> Indirect:
-        return cls(Str(buf), sympy.Integer(size), sympy.true if wrap else sympy.false, *index)
+    def make(cls, buf: str, index, size, wrap: bool) -> Indirect:
+        return cls(Str(buf), to_sym(size), sympy.true if wrap else sympy.false, *index)
 
     @property
     def buf(self) -> str:
         return self.args[0].name
 
     @property
-    def size(self) -> int:
-        return int(self.args[1])
+    def size(self):
+        """The dimension's size: an int, or an expression when it is symbolic."""
+        n = self.args[1]
+        return int(n) if n.is_Integer else n
 
     @property
     def wrap(self) -> bool:
@@ -163,6 +181,8 @@ def clamp(expr, lo: int, hi: int, extents: dict):
     simplification (slow: a ResNet-50's max pooling spent 0.2-0.8 s in it, for nothing it
     could simplify). An expression not affine in those variables keeps both sides."""
     form = _affine_form(expr, tuple(extents))
+    if any(_symbolic(v) for v in (lo, hi, *extents.values())):
+        form = None  # a symbolic bound or extent: keep both sides (always in range)
     if form is None:
         low, high = lo - 1, hi + 1
     else:
@@ -171,11 +191,45 @@ def clamp(expr, lo: int, hi: int, extents: dict):
         low = const + sum(min(0, d) for d in spans)
         high = const + sum(max(0, d) for d in spans)
     out = to_sym(expr)
-    if high > hi:
+    if form is None or high > hi:
         out = sympy.Min(out, hi, evaluate=False)
-    if low < lo:
+    if form is None or low < lo:
         out = sympy.Max(out, lo, evaluate=False)
     return out
+
+
+def _symbolic(v) -> bool:
+    return isinstance(v, sympy.Basic) and not v.is_Number
+
+
+def symbolic_affine(expr, variables) -> tuple[list, object] | None:
+    """(coefficients, constant) of `expr` in `variables` where the coefficients and the
+    constant may be size expressions (`s1*i0 + i1`, a symbolic stride); None when a variable
+    appears other than times a factor free of all of them. Static expressions: as
+    `affine_coefficients`."""
+    variables = tuple(variables)
+    form = _affine_form(expr, variables)
+    if form is not None:
+        return list(form[0]), form[1]
+    coeffs: dict = dict.fromkeys(variables, sympy.Integer(0))
+    const = sympy.Integer(0)
+    vs = set(variables)
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        hit = term.free_symbols & vs
+        if not hit:
+            if term.has(Indirect):
+                return None
+            const += term
+            continue
+        if len(hit) != 1:
+            return None
+        (v,) = hit
+        c = sympy.expand(term / v)
+        if c.free_symbols & vs or c.has(Indirect, FloorDiv, ModularIndexing) or not c.is_integer:
+            return None
+        coeffs[v] += c
+    norm = [int(c) if c.is_Integer else c for c in coeffs.values()]
+    return norm, int(const) if const.is_Integer else const
 
 
 def memory_steps(index, strides, variables) -> list[int] | None:
@@ -213,7 +267,7 @@ def simplify_index(expr) -> sympy.Expr:
     while expr.is_Add:
         coeffs: dict = {}
         for term in expr.args:
-            c, rest = term.as_coeff_Mul()
+            c, rest = _coeff_split(term)
             coeffs[rest] = coeffs.get(rest, 0) + c
         for rest, c in coeffs.items():
             if not isinstance(rest, ModularIndexing):
@@ -228,6 +282,27 @@ def simplify_index(expr) -> sympy.Expr:
     return expr
 
 
+def is_size_symbol(s) -> bool:
+    """A shape symbol (`s0`, `s17`: a size known per call), not a loop variable."""
+    return s.name.startswith("s")
+
+
+def _only_sizes(e) -> bool:
+    return bool(e.free_symbols) and all(map(is_size_symbol, e.free_symbols))
+
+
+def _coeff_split(term):
+    """(coefficient, rest) of a product: its number, or with symbolic sizes its factors that
+    are sizes (`s7*s96*(i0 // s96)` -> (s7*s96, i0 // s96))."""
+    c, rest = term.as_coeff_Mul()
+    if rest.is_Mul and any(a.is_Symbol and is_size_symbol(a) for a in rest.args):
+        sizes = [a for a in rest.args if _only_sizes(a)]
+        others = [a for a in rest.args if a not in sizes]
+        if sizes and others:
+            return c * sympy.Mul(*sizes), sympy.Mul(*others)
+    return c, rest
+
+
 def delinearize(linear: sympy.Expr, size) -> tuple[sympy.Expr, ...]:
     """Row-major position `linear` in `size` as one index per dim."""
     out, inner = [], 1
@@ -238,6 +313,10 @@ def delinearize(linear: sympy.Expr, size) -> tuple[sympy.Expr, ...]:
     return tuple(reversed(out))
 
 
+class ReshapeUnsupported(Exception):
+    """A reshape whose dimension groups are not provably equal for every size."""
+
+
 def reshape_indexer(old: tuple, new: tuple, new_vars) -> tuple[sympy.Expr, ...]:
     """The index into a tensor of size `old` read by index `new_vars` of its reshape to `new`.
 
@@ -245,6 +324,8 @@ def reshape_indexer(old: tuple, new: tuple, new_vars) -> tuple[sympy.Expr, ...]:
     dimension of the group, and dims outside any merged group map straight through.
     """
     out: list[sympy.Expr] = []
+    from .symbolic import hint
+
     i = j = 0
     while i < len(old) or j < len(new):
         if i < len(old) and old[i] == 1 and (j >= len(new) or new[j] != 1):
@@ -258,7 +339,12 @@ def reshape_indexer(old: tuple, new: tuple, new_vars) -> tuple[sympy.Expr, ...]:
         po, pn = old[i], new[j]
         i, j = i + 1, j + 1
         while po != pn:
-            if po < pn:
+            # Grow the smaller product; with symbolic sizes by their hints, and the group then
+            # only counts if the products are equal as expressions (so for every size).
+            hp, hn = hint(po), hint(pn)
+            if hp == hn or (hp < hn and i >= len(old)) or (hp > hn and j >= len(new)):
+                raise ReshapeUnsupported(f"reshape {tuple(old)} -> {tuple(new)}")
+            if hp < hn:
                 po = po * old[i]
                 i += 1
             else:

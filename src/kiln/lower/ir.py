@@ -416,15 +416,40 @@ class LoopGraph:
     inputs: tuple[str, ...]
     outputs: tuple[Any, ...]
     constants: dict = field(default_factory=dict, compare=False, repr=False)
+    # Symbolic sizes (lower/symbolic.py): the integer inputs, {name: the size expression each
+    # is}, and every argument's name in calling order (tensor inputs and integer ones); empty
+    # when there are no integer inputs. `hints`: {symbol: the size first seen}.
+    scalars: dict = field(default_factory=dict, compare=False, repr=False)
+    signature: tuple[str, ...] = ()
+    hints: dict = field(default_factory=dict, compare=False, repr=False)
 
     def node_map(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}
 
     def replace(self, nodes: Iterable[Node]) -> LoopGraph:
-        return LoopGraph(tuple(nodes), self.inputs, self.outputs, self.constants)
+        return LoopGraph(
+            tuple(nodes),
+            self.inputs,
+            self.outputs,
+            self.constants,
+            self.scalars,
+            self.signature,
+            self.hints,
+        )
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        """Every argument's name, in calling order (tensor and integer inputs)."""
+        return self.signature or self.inputs
+
+    @property
+    def symbolic(self) -> bool:
+        """Does any size of this graph depend on a size only known per call?"""
+        return bool(self.hints) or bool(self.scalars)
 
     def __str__(self) -> str:
-        lines = [str(n) for n in self.nodes]
+        lines = [f"{n} = int input  # {sympy_str(e)}" for n, e in self.scalars.items()]
+        lines += [str(n) for n in self.nodes]
         lines.append(f"return ({', '.join(str(o) for o in self.outputs)})")
         return "\n".join(lines)
 

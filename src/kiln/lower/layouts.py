@@ -18,16 +18,19 @@ import torch
 from .context import LoweringContext
 from .indexing import index_vars
 from .ir import BufRef, Pointwise, View, reindex
+from .symbolic import from_torch
 
 
 def dense_order(t: torch.Tensor) -> tuple[int, ...] | None:
     """The dimensions of `t` from outermost to innermost in memory, when `t` is dense (no gaps,
     no overlap) in some order other than row-major; None otherwise. Size-1 dimensions keep
     their logical place (their stride means nothing)."""
-    if t.dim() < 2 or t.is_contiguous():
+    if t.dim() < 2:
         return None
     size, stride = tuple(t.shape), tuple(t.stride())
     if any(not isinstance(s, int) for s in size + stride):
+        return None  # symbolic: stored row-major (correct; a permuted order is a speed matter)
+    if t.is_contiguous():
         return None
     dims = [d for d in range(t.dim()) if size[d] != 1]
     dims.sort(key=lambda d: -stride[d])  # stable: equal strides keep logical order
@@ -53,7 +56,7 @@ def store_in_eager_order(ctx: LoweringContext, ref: object, val: object) -> obje
     if not isinstance(ref, BufRef) or not isinstance(val, torch.Tensor):
         return ref
     node = ctx.nodes.get(ref.name)
-    if not isinstance(node, Pointwise) or tuple(node.size) != tuple(val.shape):
+    if not isinstance(node, Pointwise) or tuple(node.size) != tuple(map(from_torch, val.shape)):
         return ref
     order = dense_order(val)
     if order is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+import sympy
 import torch
 
 from . import ops
@@ -20,6 +21,7 @@ from .indexing import index_vars, reduce_vars
 from .ir import BufRef, compute_dtype
 from .ops import const, op
 from .registry import Unsupported, register_lowering
+from .symbolic import is_symbolic
 
 
 class Axes:
@@ -74,6 +76,10 @@ def _finish(ctx, ref, axes, keepdim):
 def _scale(ctx, ref: BufRef, axes: Axes, out_dtype, factor) -> BufRef:
     vs = index_vars(len(axes.kept))
     c = compute_dtype(out_dtype)
+    if is_symbolic(factor):  # a symbolic count: divide by it (see `_inverse`)
+        return ctx.pointwise(
+            axes.kept_size, out_dtype, _times_inverse(ctx.load(ref, vs, c), factor, c)
+        )
     return ctx.pointwise(axes.kept_size, out_dtype, ops.mul(ctx.load(ref, vs, c), const(factor, c)))
 
 
@@ -92,8 +98,25 @@ def _mean(ctx, x, dim=None, keepdim=False, dtype=None):
         raise Unsupported("mean of integers")
     acc = compute_dtype(ctx.out_dtype)
     total = reduce(ctx, x, axes, "sum", acc)
-    factor = 1.0 / axes.count if axes.count else math.nan
-    return _finish(ctx, _scale(ctx, total, axes, ctx.out_dtype, factor), axes, keepdim)
+    return _finish(
+        ctx, _scale(ctx, total, axes, ctx.out_dtype, _inverse(axes.count)), axes, keepdim
+    )
+
+
+def _inverse(count):
+    """1 / count as a scalar: a float for a static count (nan for none), else the reciprocal
+    of the count's value, computed in the kernel (a symbolic size)."""
+    if is_symbolic(count):
+        return count
+    return 1.0 / count if count else math.nan
+
+
+def _times_inverse(value, count, c):
+    """`value * (1 / count)` in compute type `c` (see `_inverse`)."""
+    inv = _inverse(count)
+    if is_symbolic(inv):
+        return ops.div(value, ops.cast(ops.IndexValue(inv, torch.int64), c))
+    return ops.mul(value, const(inv, c))
 
 
 @register_lowering("prod.default", "prod.dim_int")
@@ -149,8 +172,9 @@ def _mean_and_var(ctx, x, axes: Axes, correction, acc):
     """(mean, var) as Pointwise nodes over the kept dims: two passes, sum then sum of squares."""
     vs = index_vars(len(axes.kept))
     total = reduce(ctx, x, axes, "sum", acc)
-    inv = 1.0 / axes.count if axes.count else math.nan
-    mean = ctx.pointwise(axes.kept_size, acc, ops.mul(ctx.load(total, vs, acc), const(inv, acc)))
+    mean = ctx.pointwise(
+        axes.kept_size, acc, _times_inverse(ctx.load(total, vs, acc), axes.count, acc)
+    )
     mean_at = ctx.load(mean, vs, acc)
 
     def square_dev(v):
@@ -158,6 +182,10 @@ def _mean_and_var(ctx, x, axes: Axes, correction, acc):
         return ops.mul(d, d)
 
     sq = reduce(ctx, x, axes, "sum", acc, body=square_dev)
+    if is_symbolic(axes.count):  # divided by max(n - correction, 0) in the kernel: x/0 = inf
+        denom = sympy.Max(axes.count - correction, 0)
+        var = ctx.pointwise(axes.kept_size, acc, _times_inverse(ctx.load(sq, vs, acc), denom, acc))
+        return mean, var
     denom = max(axes.count - correction, 0)
     scale = 1.0 / denom if denom else math.inf
     var = ctx.pointwise(axes.kept_size, acc, ops.mul(ctx.load(sq, vs, acc), const(scale, acc)))

@@ -21,6 +21,7 @@ from . import ops
 from .indexing import clamp, index_vars, reshape_indexer
 from .ir import BufRef, compute_dtype
 from .registry import Unsupported, register_lowering
+from .symbolic import from_torch, is_symbolic
 
 
 def _dim(d: int, ndim: int) -> int:
@@ -82,7 +83,11 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     own = ctx.size(x)
     dim = _dim(dim, len(own))
     start = 0 if start is None else start
-    start = max(0, min(own[dim], start + own[dim] if start < 0 else start))
+    start = start + own[dim] if start < 0 else start
+    if not is_symbolic(own[dim]) and not is_symbolic(start):
+        start = max(0, min(own[dim], start))
+    # (symbolic: the shape environment's guards say the start is within the dimension, as the
+    # fake output's size says; a start past the end gives an empty result that reads nothing)
     vs = list(index_vars(len(own)))
     vs[dim] = start + step * vs[dim]
     return ctx.view(x, ctx.out_size, vs)
@@ -114,7 +119,7 @@ def _split(ctx, x, _sizes, dim=0):
         vs = list(index_vars(n))
         vs[dim] = start + vs[dim]
         pieces.append(ctx.view(x, out.shape, vs))
-        start += int(out.shape[dim])
+        start += from_torch(out.shape[dim])
     return tuple(pieces)
 
 
@@ -161,11 +166,18 @@ def _cat(ctx, tensors, dim=0):
 
 
 def _lt(var, bound):
-    return ops.op("lt", ops.IndexValue(var, torch.int64), ops.const(bound, torch.int64))
+    return ops.op("lt", ops.IndexValue(var, torch.int64), _int(bound))
+
+
+def _int(value):
+    """An integer operand: a constant, or a size expression's value (symbolic sizes)."""
+    if is_symbolic(value):
+        return ops.IndexValue(value, torch.int64)
+    return ops.const(value, torch.int64)
 
 
 def _in_range(var, lo, hi):
-    a = ops.op("ge", ops.IndexValue(var, torch.int64), ops.const(lo, torch.int64))
+    a = ops.op("ge", ops.IndexValue(var, torch.int64), _int(lo))
     return ops.op("logical_and", a, _lt(var, hi))
 
 

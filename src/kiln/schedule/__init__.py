@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .. import logs, trace
 from ..lower.ir import LoopGraph
+from ..lower.symbolic import using_hints
 from ..lower.verify import verify
 from .arena import Arena, plan_arena
 from .fuel import Fuel
@@ -49,6 +50,13 @@ def schedule(
 ) -> Schedule:
     """`out_externs`: extern targets the renderer calls with `out=` (see memory.py);
     `arena`: place the intermediates in one block the wrapper keeps between calls (arena.py)."""
+    with using_hints(graph.hints):
+        return _schedule(graph, fuel, verify_ir, out_externs, arena)
+
+
+def _schedule(
+    graph: LoopGraph, fuel: int | None, verify_ir: bool, out_externs: frozenset, arena: bool
+) -> Schedule:
     budget = Fuel(fuel)
 
     def after(name: str, g: LoopGraph) -> LoopGraph:  # verified (debug) and shown (passes)

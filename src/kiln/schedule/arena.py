@@ -110,12 +110,20 @@ def plan_arena(graph: LoopGraph, steps: Sequence[PlanStep]) -> Arena:
                     start[name] = k
         elif isinstance(step, Free):
             freed[step.name] = k
+    # A chain with a symbolic size is allocated per call, outside the arena (its bytes
+    # change from call to call; the arena's offsets are numbers).
+    members = {r: ns for r, ns in members.items() if not any(_symbolic(nodes[n]) for n in ns)}
     slots = [  # a member never freed holds its bytes to the end of the call
         (start[root], max(freed.get(n, len(steps)) for n in names), root, _slot_bytes(nodes, names))
         for root, names in members.items()
     ]
     fixed = [s for s in slots if s[2] not in chain or any(n in escapes for n in members[s[2]])]
     return _choose(fixed, [s for s in slots if s not in fixed], len(steps))
+
+
+def _symbolic(node: Node) -> bool:
+    lay = node.layout
+    return any(not isinstance(v, int) for v in (*lay.size, *lay.stride))
 
 
 def _items(graph: LoopGraph, name: str) -> list[ExternItem]:

@@ -35,6 +35,7 @@ from ..lower.ir import (
     SizeT,
     loads,
 )
+from ..lower.symbolic import hint
 from .fuel import Fuel
 
 # A pointwise kernel of its own splits so that each row has at least this many elements.
@@ -208,7 +209,7 @@ def transposed_read(node: Computed, nodes: dict[str, Node]) -> tuple[str, int] |
     """The first buffer `node` reads with its last dimension strided and an earlier one, `d`,
     contiguous, as (buffer, the last such `d`); None if it reads none so. Dimensions shorter
     than TRANSPOSE_MIN do not count. (The Triton renderer tiles such a kernel at `d + 1`.)"""
-    size = [int(s) for s in node.size]
+    size = [hint(s) for s in node.size]  # a speed decision: hints for symbolic sizes
     if len(size) < 2 or size[-1] < TRANSPOSE_MIN:
         return None
     names = index_vars(len(size))
@@ -235,7 +236,7 @@ def _new_kernel(node: Computed, name: str) -> Kernel:
         return Kernel(name, outer, inner, (Member(node.name, len(node.size), False),))
     size = tuple(node.size)
     k = len(size)
-    while k > 0 and math.prod(size[k:]) < MIN_INNER:
+    while k > 0 and hint(math.prod(size[k:])) < MIN_INNER:  # speed only: hints
         k -= 1
     outer, inner = math.prod(size[:k]), math.prod(size[k:])
     return Kernel(name, outer, inner, (Member(node.name, k, False),))

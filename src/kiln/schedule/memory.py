@@ -37,6 +37,7 @@ from ..lower.ir import (
     node_dtype,
     node_size,
 )
+from ..lower.symbolic import hint
 from .fusion import ExternCall, Kernel, Step, member_node
 
 
@@ -184,7 +185,9 @@ def _alias_places(
 
 
 def _bytes(node: Node) -> int:
-    return math.prod(node_size(node)) * node_dtype(node).itemsize
+    # Peak estimates only choose what reuses what (reuse needs equal element counts as
+    # expressions, `_key`): symbolic sizes count at their hints.
+    return hint(math.prod(node_size(node))) * node_dtype(node).itemsize
 
 
 def _live_bytes(

@@ -23,7 +23,7 @@ import sympy
 import torch
 
 from .. import logs
-from ..lower.indexing import index_vars, is_affine, linearize
+from ..lower.indexing import index_vars, is_affine, linearize, symbolic_affine
 from ..lower.ir import (
     REALIZED,
     Expr,
@@ -46,6 +46,7 @@ from ..lower.ir import (
     walk,
 )
 from ..lower.ops import costly_count
+from ..lower.symbolic import hint
 from .fuel import Fuel
 
 INLINE_MAX_OPS = 24  # a pointwise read by several nodes is recomputed by each while this cheap
@@ -131,7 +132,9 @@ def materialize_views(graph: LoopGraph) -> LoopGraph:
             continue
         vs = index_vars(len(node.size))
         pos = _storage_index(nodes[node.base], node.index)
-        if pos is not None and is_affine(pos, vs):
+        if pos is not None and (
+            is_affine(pos, vs) or (graph.symbolic and symbolic_affine(pos, vs) is not None)
+        ):
             out.append(node)
             continue
         # The message is bound to a name first: mypy cannot type a lambda whose defaults bind
@@ -238,7 +241,8 @@ class _Lifetimes:
 
     def _bytes(self, name: str) -> int:
         node = self.nodes[name]
-        return math.prod(node_size(node)) * node_dtype(node).itemsize
+        # a speed decision: symbolic sizes count at their hints (lower/symbolic.py)
+        return hint(math.prod(node_size(node))) * node_dtype(node).itemsize
 
     def held_inputs(self, node: Pointwise) -> tuple[int, str | None]:
         """(bytes of `node`'s inputs that inlining keeps alive past their own last reader,

@@ -1,0 +1,158 @@
+"""Symbolic sizes: torch's SymInts as loop-IR expressions, and the size hints decisions use.
+
+Takes the values an ATen graph traced with symbolic shapes carries (`SymInt` sizes and strides
+of fake tensors, `SymInt` placeholders; their `node.expr` is a sympy expression over the shape
+environment's symbols `s0, s17, ...`); gives plain ints for static values and sympy expressions
+in kiln's own index functions (`FloorDiv`, `ModularIndexing`) for symbolic ones, and `hint(e)`:
+the value of `e` at the sizes first seen (the shape environment's hints).
+
+The rule every pass follows: a decision that only costs speed when wrong (tiling, splitting,
+parallelizing, memory reuse) may read `hint`; one that correctness depends on compares
+expressions (`==` on sympy is structural: equal expressions are equal for every size) or is
+refused (`Unsupported`: the op becomes an ATen call) or made a per-call check.
+
+Why it exists: one place converts torch's symbolic values and holds the hints, so lower/,
+schedule/ and codegen/ all read sizes the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+import sympy
+import torch
+
+from .indexing import FloorDiv, ModularIndexing
+
+# {symbol: the size first seen} for the graph being compiled (set by lower_graph, schedule and
+# the pipeline around each pass).
+_HINTS: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "kiln_size_hints", default=None
+)
+DEFAULT_HINT = 64  # a symbol with no recorded hint (a graph built by hand): a middling size
+
+
+class SymbolicUnsupported(Exception):
+    """A symbolic value kiln cannot express (an unbacked size, an unknown sympy function)."""
+
+
+@contextlib.contextmanager
+def using_hints(hints: dict) -> Iterator[None]:
+    token = _HINTS.set(hints)
+    try:
+        yield
+    finally:
+        _HINTS.reset(token)
+
+
+def current_hints() -> dict:
+    return _HINTS.get() or {}
+
+
+def is_symbolic(value: object) -> bool:
+    return isinstance(value, sympy.Basic) and not value.is_Number
+
+
+def hint(value: object) -> int:
+    """`value` (an int or a size expression) at the sizes first seen."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, sympy.Basic):
+        if value.is_Integer:
+            return int(value)
+        hints = current_hints()
+        sub = {s: hints.get(s, DEFAULT_HINT) for s in value.free_symbols}
+        return int(value.xreplace(sub))
+    return int(value)  # type: ignore[call-overload]
+
+
+def size_symbols(values) -> set:
+    """The shape symbols in an iterable of sizes/expressions."""
+    out: set = set()
+    for v in values:
+        if isinstance(v, sympy.Basic):
+            out |= v.free_symbols
+    return out
+
+
+def from_torch(value: object):
+    """An int, a SymInt, a SymBool/SymFloat or a sympy expression as kiln's value: an int when
+    static, else a sympy expression in kiln's index functions."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+        node = value.node
+        if node.is_nested_int():  # pragma: no cover - jagged tensors never reach codegen
+            raise SymbolicUnsupported("nested (jagged) sizes")
+        expr = node.expr
+        if isinstance(value, torch.SymInt):
+            maybe = getattr(node, "maybe_as_int", lambda: None)()
+            if maybe is not None:
+                return int(maybe)
+        return _convert(expr)
+    if isinstance(value, sympy.Basic):
+        return _convert(value)
+    return value
+
+
+def _convert(expr: sympy.Basic):
+    if expr.is_Integer:
+        return int(expr)
+    for s in expr.free_symbols:
+        if not str(s).startswith("s"):
+            raise SymbolicUnsupported(
+                f"size {expr} depends on {s}, a value only known when the graph runs (unbacked)"
+            )
+    return _translate(expr)
+
+
+def _translate(e: sympy.Basic) -> sympy.Basic:
+    """torch's sympy functions as kiln's (its printers know only theirs)."""
+    from torch.utils._sympy import functions as tf
+
+    if e.is_Atom:
+        return e
+    args = [_translate(a) for a in e.args]
+    if isinstance(e, tf.FloorDiv) or type(e).__name__ in ("CleanDiv", "IntTrueDiv_exact"):
+        return FloorDiv(args[0], args[1])
+    if isinstance(e, tf.ModularIndexing):
+        base, div, mod = args
+        return ModularIndexing(FloorDiv(base, div), mod)
+    if type(e).__name__ in ("PythonMod", "Mod"):
+        return ModularIndexing(args[0], args[1])
+    if isinstance(e, (sympy.Add, sympy.Mul)):
+        return type(e)(*args)
+    if isinstance(e, sympy.Pow) and e.args[1].is_Integer and int(e.args[1]) > 0:
+        return sympy.Mul(*([args[0]] * int(e.args[1])))
+    if type(e).__name__ in ("Max", "Min"):
+        return (sympy.Max if type(e).__name__ == "Max" else sympy.Min)(*args)
+    raise SymbolicUnsupported(f"size expression {e} uses {type(e).__name__}")
+
+
+def sizes_of(t: torch.Tensor) -> tuple[tuple, tuple, object]:
+    """(size, stride, storage offset) of a (fake) tensor as kiln values."""
+    size = tuple(from_torch(s) for s in t.shape)
+    stride = tuple(from_torch(s) for s in t.stride())
+    return size, stride, from_torch(t.storage_offset())
+
+
+def graph_hints(values) -> dict:
+    """{symbol: hint} of the shape environment behind these fake values (the first one that has
+    a SymInt size, a SymInt itself, or nothing)."""
+    for v in values:
+        syms: list = []
+        if isinstance(v, torch.Tensor):
+            syms = [s for s in list(v.shape) + list(v.stride()) if isinstance(s, torch.SymInt)]
+        elif isinstance(v, torch.SymInt):
+            syms = [v]
+        for s in syms:
+            env = s.node.shape_env
+            table = getattr(env, "backed_var_to_val", None)
+            if table is None:
+                table = env.var_to_val
+            return {k: int(val) for k, val in table.items() if str(k).startswith("s")}
+    return {}
