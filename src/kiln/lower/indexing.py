@@ -17,6 +17,8 @@ import functools
 import sympy
 from sympy.core.symbol import Str
 
+from .hints import hint
+
 
 @functools.lru_cache(maxsize=None)
 def _sym(name: str) -> sympy.Symbol:
@@ -324,8 +326,6 @@ def reshape_indexer(old: tuple, new: tuple, new_vars) -> tuple[sympy.Expr, ...]:
     dimension of the group, and dims outside any merged group map straight through.
     """
     out: list[sympy.Expr] = []
-    from .symbolic import hint
-
     i = j = 0
     while i < len(old) or j < len(new):
         if i < len(old) and old[i] == 1 and (j >= len(new) or new[j] != 1):

@@ -17,55 +17,28 @@ schedule/ and codegen/ all read sizes the same way.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Iterator
-
 import sympy
 import torch
 
+from .hints import DEFAULT_HINT, current_hints, hint, is_symbolic, using_hints
 from .indexing import FloorDiv, ModularIndexing
-
-# {symbol: the size first seen} for the graph being compiled (set by lower_graph, schedule and
-# the pipeline around each pass).
-_HINTS: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
-    "kiln_size_hints", default=None
-)
-DEFAULT_HINT = 64  # a symbol with no recorded hint (a graph built by hand): a middling size
 
 
 class SymbolicUnsupported(Exception):
     """A symbolic value kiln cannot express (an unbacked size, an unknown sympy function)."""
 
 
-@contextlib.contextmanager
-def using_hints(hints: dict) -> Iterator[None]:
-    token = _HINTS.set(hints)
-    try:
-        yield
-    finally:
-        _HINTS.reset(token)
-
-
-def current_hints() -> dict:
-    return _HINTS.get() or {}
-
-
-def is_symbolic(value: object) -> bool:
-    return isinstance(value, sympy.Basic) and not value.is_Number
-
-
-def hint(value: object) -> int:
-    """`value` (an int or a size expression) at the sizes first seen."""
-    if isinstance(value, int):
-        return value
-    if isinstance(value, sympy.Basic):
-        if value.is_Integer:
-            return int(value)
-        hints = current_hints()
-        sub = {s: hints.get(s, DEFAULT_HINT) for s in value.free_symbols}
-        return int(value.xreplace(sub))
-    return int(value)  # type: ignore[call-overload]
+__all__ = [
+    "DEFAULT_HINT",
+    "SymbolicUnsupported",
+    "current_hints",
+    "from_torch",
+    "graph_hints",
+    "hint",
+    "is_symbolic",
+    "sizes_of",
+    "using_hints",
+]
 
 
 def size_symbols(values) -> set:
