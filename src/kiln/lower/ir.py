@@ -244,7 +244,7 @@ class Layout:
     size: SizeT
     stride: SizeT
     dtype: torch.dtype
-    offset: int = 0
+    offset: IntExpr = 0
 
     def __str__(self) -> str:
         out = f"{dtype_str(self.dtype)}{_size(self.size)}"

@@ -122,6 +122,7 @@ def plan_arena(graph: LoopGraph, steps: Sequence[PlanStep]) -> Arena:
 
 
 def _symbolic(node: Node) -> bool:
+    assert not isinstance(node, View), "a view holds no slot: its base does"
     lay = node.layout
     return any(not isinstance(v, int) for v in (*lay.size, *lay.stride))
 
