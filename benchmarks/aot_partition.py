@@ -40,6 +40,8 @@ import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
 
+os.environ.setdefault("KILN_ARTIFACT_CACHE", "0")  # it reads AOT partitions: compile, never load
+
 # config -> (decompositions: kiln's table or none, partition strategy)
 CONFIGS = {
     "eager": None,

@@ -22,6 +22,7 @@ import sys
 import time
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is first imported
+os.environ.setdefault("KILN_ARTIFACT_CACHE", "0")  # it reads AOT partitions: compile, never load
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 

@@ -1,5 +1,7 @@
 """Suite-wide test setup.
 
+The compiled-artifact cache is off unless a test switches it on (see pytest_configure).
+
 Triton reads `TRITON_INTERPRET` when it is first imported (its own library functions are
 decorated then), and any test may import it first (torch.compile does, in interop and
 benchmark tests). So the interpreter switch is set here, before collection starts: a default
@@ -21,6 +23,11 @@ def pytest_configure(config):
     gpu_run = "gpu" in markexpr and "not gpu" not in markexpr
     if not gpu_run:
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    # Compiled graphs are not loaded from the compiled-artifact cache (the warm start): many
+    # tests change a compile stage (a monkeypatched pass, a forced failure) and check what it
+    # did, which a graph an earlier test compiled would skip. tests/runtime/test_warm_start.py
+    # switches it on for its own runs.
+    os.environ.setdefault("KILN_ARTIFACT_CACHE", "0")
 
 
 def pytest_sessionstart(session):

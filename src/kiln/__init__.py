@@ -14,9 +14,11 @@ from .api import (
     explain,
     is_compiling,
     list_backends,
+    load_cache_artifacts,
     mark_dynamic,
     mark_step_begin,
     reset,
+    save_cache_artifacts,
 )
 from .backends.registry import register_backend
 from .capture.errors import KilnEagerWarning, KilnRecompileLimitWarning
@@ -34,10 +36,12 @@ __all__ = [
     "KilnEagerWarning",
     "KilnRecompileLimitWarning",
     "list_backends",
+    "load_cache_artifacts",
     "mark_dynamic",
     "mark_step_begin",
     "register_backend",
     "register_device",
     "reset",
+    "save_cache_artifacts",
     "set_logs",
 ]

@@ -235,3 +235,23 @@ def list_backends(exclude_tags=("debug", "experimental")) -> list[str]:
     from .backends.registry import list_backends as _list
 
     return _list(exclude_tags)
+
+
+def save_cache_artifacts() -> bytes:
+    """Everything kiln's cache folder holds (compiled graphs, C++ libraries, Triton modules) as
+    one blob, to warm another machine of the same kind with `load_cache_artifacts` (as
+    torch.compiler's namesake). The blob names the kiln code, torch, Python and machine it
+    came from."""
+    from .runtime.artifacts import export_blob
+
+    return export_blob()
+
+
+def load_cache_artifacts(blob: bytes) -> int:
+    """Write a blob `save_cache_artifacts` made into this machine's cache folder, so a new
+    process loads those graphs instead of compiling them; gives how many files it wrote. A
+    blob from another kiln, torch, Python or kind of machine is refused with a ValueError
+    naming what differs. Load only blobs you trust: they hold code kiln runs."""
+    from .runtime.artifacts import import_blob
+
+    return import_blob(blob)

@@ -113,6 +113,26 @@ def env_cache_dir() -> str:
     return os.path.join(xdg, "kiln")
 
 
+def env_artifact_cache() -> bool:
+    """Whether compiled graphs are kept on disk for later processes (the warm start,
+    backends/warm.py); `KILN_ARTIFACT_CACHE=0` says no (kernels stay cached either way)."""
+    value = _env().get("KILN_ARTIFACT_CACHE", "1").strip().lower()
+    return value not in ("0", "false", "no", "off")
+
+
+def env_cache_max_bytes() -> int:
+    """The size bound of the kernel cache folder (`KILN_CACHE_MAX_MB`, default 4096): past it
+    the least recently used entries are removed (runtime/artifacts.py)."""
+    text = _env().get("KILN_CACHE_MAX_MB", "4096").strip()
+    try:
+        megabytes = float(text)
+    except ValueError:
+        raise ValueError(
+            f"KILN_CACHE_MAX_MB={text!r} is not a number; give the cache's size bound in MB"
+        ) from None
+    return int(megabytes * 1e6)
+
+
 def env_native() -> tuple[bool, str]:
     """Whether kiln may build and use its native checks (`KILN_NATIVE=0` says no), and the
     folder they are built into (`KILN_NATIVE_DIR`; by default beside, not inside, the kernel

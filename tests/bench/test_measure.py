@@ -275,7 +275,7 @@ def _mlp_inputs():
 
 def test_arena_blocks_are_counted_while_a_compiled_graph_keeps_them():
     import kiln
-    from kiln.schedule import arena
+    from kiln.runtime import arenas as arena
 
     gc.collect()
     before = arena.held_bytes()
@@ -297,7 +297,7 @@ def test_cpu_peak_memory_counts_the_arena_kept_between_calls(monkeypatch):
     """The block is allocated on the first call and kept: the profiler's events of a later
     call do not contain it, so without `held_bytes` the peak would miss it entirely."""
     import kiln
-    from kiln.schedule import arena
+    from kiln.runtime import arenas as arena
 
     class Mlp(torch.nn.Module):
         def forward(self, x, w1, w2):
@@ -326,7 +326,7 @@ def test_cpu_peak_memory_counts_the_arena_kept_between_calls(monkeypatch):
 def test_kiln_peak_with_its_arenas_is_at_most_eagers(
     models, kiln_logging_restored, monkeypatch, model
 ):
-    from kiln.schedule import arena
+    from kiln.runtime import arenas as arena
 
     held = []
     real_peak = measure.peak_memory

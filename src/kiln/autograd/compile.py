@@ -19,6 +19,9 @@ The pipeline, one named call a pass (`_compile_entry`):
                                  mutated), min-cut split
     fw_compiler / bw_compiler    the next stage (eager ATen for aot_eager)
 
+An `entry_store` (the backend's compiled-artifact cache) may give an entry instead of the
+pipeline: a new process then skips every pass above for a graph compiled before.
+
 A compiled callable holds one entry per (grad mode, which inputs require grad, non-tensor input
 values; for a graph capture made with dynamic sizes, the input shapes too, since the code
 generators compile for concrete sizes): the same graph called under `torch.no_grad()` compiles
@@ -38,7 +41,7 @@ values are handed over that way).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, Union
 
 import torch
 import torch.fx
@@ -55,6 +58,17 @@ from .tensor_scalars import rewrite_tensor_scalars
 from .tracing import trace_inference, trace_training
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
+Entry = Union[InferenceEntry, TrainingEntry]
+
+
+class EntryStore(Protocol):
+    """Compiled entries kept beyond this process (the backend's compiled-artifact cache,
+    backends/warm.py): `load` gives the entry of `compiled`'s graph for a call with `args`
+    and entry key `key`, or None; `save` offers a newly compiled one (it may decline it)."""
+
+    def load(self, compiled: AotCompiled, args: list, key: tuple) -> Entry | None: ...
+
+    def save(self, compiled: AotCompiled, args: list, key: tuple, entry: Entry) -> None: ...
 
 
 def _example_inputs(gm: torch.fx.GraphModule) -> list:
@@ -92,6 +106,8 @@ class AotCompiled:
         self.only: InferenceEntry | TrainingEntry | None = None
         self.partitions: dict[tuple, Partition] = {}  # training entries' partition records
         self.float_inputs: list[int] = []  # float inputs passed as 0-d tensors
+        # where compiled entries are kept across processes (EntryStore; None: nowhere)
+        self.entry_store: EntryStore | None = None
 
     @staticmethod
     def key(args) -> tuple:
@@ -125,10 +141,22 @@ class AotCompiled:
         if entry is None:
             if self.dynamic and self.entries:
                 logs.log("recompiles", lambda: _specializing(args))
-            entry = self.entries[key] = self._compile_entry(list(args), key)
+            entry = self.entries[key] = self._new_entry(list(args), key)
         if self.fixed_key:
             self.only = entry
         return entry(args)
+
+    def _new_entry(self, args: list, key: tuple):
+        """The entry for `key`: from `entry_store` when it has it (a warm start), else
+        compiled, and then offered to the store."""
+        store = self.entry_store
+        if store is None:
+            return self._compile_entry(args, key)
+        entry = store.load(self, args, key)
+        if entry is None:
+            entry = self._compile_entry(args, key)
+            store.save(self, args, key, entry)
+        return entry
 
     @trace.timed("aot autograd")
     @paused_gc()  # the garbage collector waits until the entry is compiled (gc_pause.py)
@@ -237,6 +265,7 @@ def aot_compile(
     decompositions: dict | None = None,
     partition: str = "min_cut",
     fixed_call_key: bool = False,
+    entry_store: EntryStore | None = None,
 ) -> Callable:
     """Compile a captured graph ahead of time: functional ATen graphs, forward/backward split.
 
@@ -244,6 +273,7 @@ def aot_compile(
     `partition` is `"min_cut"` (recompute cheap ops in the backward) or `"save_all"`.
     `fixed_call_key`: the caller's guards fix everything the per-call key is made of
     (`CaptureInfo.fixed_call_key`), so calls after the first skip computing it.
+    `entry_store`: where entries are looked up before compiling and kept after (EntryStore).
     The entry for `example_inputs` (under the current grad mode) is compiled right away.
     """
     floats = float_positions(gm, example_inputs)
@@ -264,8 +294,9 @@ def aot_compile(
         fixed_call_key,
     )
     compiled.float_inputs = floats
+    compiled.entry_store = entry_store
     key = compiled.entry_key(example_inputs)
-    entry = compiled.entries[key] = compiled._compile_entry(list(example_inputs), key)
+    entry = compiled.entries[key] = compiled._new_entry(list(example_inputs), key)
     if compiled.fixed_key:  # calls after this one skip the key (the first may not come here)
         compiled.only = entry
     return compiled

@@ -1,6 +1,7 @@
 """Backends: what runs a captured graph. `backend(gm, example_inputs) -> callable`.
 
 registry.py holds the name -> compiler table (`kiln.register_backend`, `kiln.list_backends`);
-builtin.py registers kiln's own backends; interop.py is the entry point that lets
+builtin.py registers kiln's own backends; warm.py keeps `inductor`'s compiled graphs on disk for
+the next process (the warm start); interop.py is the entry point that lets
 `torch.compile(m, backend="kiln")` use kiln's code generator.
 """

@@ -10,6 +10,9 @@ its device (C++/OpenMP on the CPU, Triton on CUDA, or a registered device). `cud
 `mode="reduce-overhead"`. Each takes capture's facts about the graph (`CaptureInfo`:
 `takes_capture_info`); called as a plain torch.compile backend (interop), defaults apply.
 
+Warm start. `inductor` hands AOT autograd the compiled-artifact cache (warm.py) as its entry
+store: an entry compiled by an earlier process is loaded instead of compiled again.
+
 Fallbacks. An ATen graph the pipeline declines (`Declined(reason)`) or fails on runs on eager
 ATen kernels, and a captured graph AOT autograd refuses runs on the `eager` backend. Falling
 back is always correct, never a wrong answer, but it is not kiln's code running: each one is
@@ -72,9 +75,11 @@ def _graph_compiler(info: CaptureInfo, checked: Iterable[int] = ()) -> Callable:
     ATen kernels when the pipeline declines it or fails. `checked`: positions of the graph's
     inputs whose layouts capture's guards check on every call (a forward's inputs are the
     captured tensors); the wrapper does not check them again."""
-    from ..codegen import Declined, compile_graph, eager_callable
 
     def compile_one(aten_gm: torch.fx.GraphModule, inputs: list) -> Callable:
+        # imported here: a warm start (warm.py) loads graphs without the pipeline's modules
+        from ..codegen import Declined, compile_graph, eager_callable
+
         try:
             compiled = compile_graph(
                 aten_gm, inputs, options=info.options, checked_inputs=tuple(checked)
@@ -133,12 +138,17 @@ def inductor(
     compiler = _graph_compiler(info)
     # a forward (or inference) graph takes the captured tensors as they are
     forward = _graph_compiler(info, _tensor_positions(gm, info.checked_inputs))
-    compilers = {"fw_compiler": forward, "bw_compiler": compiler}
+    compilers: dict[str, Any] = {"fw_compiler": forward, "bw_compiler": compiler}
     if info.options.get("triton.cudagraphs"):
         from ..runtime.device_graphs import wrap_compilers
 
         # replays read static copies of the inputs: the wrapper checks those itself
         compilers = wrap_compilers(compiler, compiler, _device_graph_group(gm, info))
+    else:  # compiled entries are kept for later processes (warm.py)
+        from .warm import entry_store
+
+        checked = _tensor_positions(gm, info.checked_inputs)
+        compilers["entry_store"] = entry_store(info, checked)
     _prestart_compile_workers(example_inputs)
     try:
         return _aot_or_eager("inductor", gm, example_inputs, info, **compilers)

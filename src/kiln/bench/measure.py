@@ -30,7 +30,7 @@ How each figure is taken:
 - peak_mem_bytes: on CUDA, `torch.cuda.max_memory_allocated()` over one steady-state call
   (parameters, inputs and memory the compiled function holds included). On CPU, the bytes of the
   parameters, buffers and inputs, plus the arena blocks kiln's compiled graphs hold between
-  calls (`kiln.schedule.arena.held_bytes`: allocated by an earlier call, so the profiler does
+  calls (`kiln.runtime.arenas.held_bytes`: allocated by an earlier call, so the profiler does
   not see them), plus the peak of tensor memory allocated during one steady-state call, from the
   profiler's allocator events (`profile_memory=True`).
 """
@@ -314,7 +314,7 @@ def peak_memory(step: Step, inputs: tuple, device: str, other=None) -> int:
         return int(torch.cuda.max_memory_allocated()) - extra
     from torch.profiler import ProfilerActivity, profile
 
-    from kiln.schedule.arena import held_bytes
+    from kiln.runtime.arenas import held_bytes
 
     held = held_bytes()  # kept from earlier calls: the profiler sees only what a call allocates
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:

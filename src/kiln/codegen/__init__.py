@@ -16,8 +16,29 @@ bindings), cpp/ (the cpu device: C++/OpenMP), triton/ (the cuda device: Triton).
 
 from __future__ import annotations
 
-from .compiled import CompiledGraph, eager_callable
-from .pipeline import PASSES, Declined, DeviceUnavailable, compile_graph, compile_graph_strict
+import importlib
+from typing import Any
+
+# imported on first use: loading a cached graph (cpp/load.py, triton/load.py) must not import
+# the pipeline, which imports lowering and scheduling (and sympy)
+_WHERE = {
+    "CompiledGraph": ".compiled",
+    "eager_callable": ".compiled",
+    "PASSES": ".pipeline",
+    "Declined": ".pipeline",
+    "DeviceUnavailable": ".pipeline",
+    "compile_graph": ".pipeline",
+    "compile_graph_strict": ".pipeline",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CompiledGraph",

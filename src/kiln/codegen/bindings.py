@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from ..devices import runtime_ops  # noqa: F401  (torch.ops.kiln.*, which wrappers call)
+
 _aten = torch.ops.aten
 _VF = torch._C._VariableFunctions
 _NN = torch._C._nn
@@ -59,3 +61,28 @@ def fast_binding(op):
 def fast_externs(externs: dict) -> dict:
     """A wrapper's extern namespace entries with the hot overloads swapped for bindings."""
     return {name: fast_binding(op) for name, op in externs.items()}
+
+
+def op_names(externs: dict) -> dict[str, str] | None:
+    """A wrapper's externs as qualified overload names ("aten::mm.out"), which pickle where
+    `OpOverload`s do not; None when one is not an ATen-style overload."""
+    out = {}
+    for name, op in externs.items():
+        if not isinstance(op, torch._ops.OpOverload):
+            return None
+        out[name] = op.name()
+    return out
+
+
+def resolve_ops(names: dict) -> dict:
+    """The `OpOverload`s `op_names` named (an unknown one raises AttributeError); a value that
+    is not a name is taken as the op itself."""
+    out = {}
+    for name, qualified in names.items():
+        if not isinstance(qualified, str):
+            out[name] = qualified
+            continue
+        namespace, _, rest = qualified.partition("::")
+        op, _, overload = rest.partition(".")
+        out[name] = getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
+    return out

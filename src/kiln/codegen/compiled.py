@@ -2,7 +2,9 @@
 
 Takes what the pipeline's build pass made (the wrapper's `call`), the schedule and both sources;
 gives a callable object that keeps them for inspection (tests assert on `.kernel_source`
-— `.cpp_source` / `.triton_source` by language — `.wrapper_source` and `.schedule`).
+— `.cpp_source` / `.triton_source` by language — `.wrapper_source` and `.schedule`), and the
+build as data (`.loadable`, devices.Loadable) that the compiled-artifact cache keeps. A graph
+loaded from that cache (backends/warm.py) has no schedule.
 
 Why it exists: one result type for every device; a build whose kernels are still compiling in
 the background hands over a `FirstCall`, and the compiled graph swaps in the plain call after
@@ -12,11 +14,13 @@ the first one has waited for them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from ..schedule import Schedule
+if TYPE_CHECKING:  # not imported at run time: a graph loaded from the cache has no schedule
+    from ..devices import Loadable
+    from ..schedule import Schedule
 
 
 @dataclass(frozen=True)
@@ -31,15 +35,20 @@ class CompiledGraph:
     def __init__(
         self,
         fn: Callable[[list], tuple] | FirstCall,
-        sched: Schedule,
+        sched: Schedule | None,
         kernel_source: str,
         wrapper_source: str,
         seconds: float,
         device: str = "cpu",
         kernel_language: str = "C++",
+        loadable: Loadable | None = None,
+        kernel_count: int | None = None,
     ) -> None:
         self._fn = self._first(fn) if isinstance(fn, FirstCall) else fn
-        self.schedule = sched
+        self.schedule = sched  # None for a graph loaded from the compiled-artifact cache
+        # the build as data, which the compiled-artifact cache keeps (None: not cacheable)
+        self.loadable = loadable
+        self._kernel_count = len(sched.kernels) if sched is not None else (kernel_count or 0)
         self.kernel_source = kernel_source
         self.wrapper_source = wrapper_source
         self.compile_seconds = seconds
@@ -78,7 +87,7 @@ class CompiledGraph:
 
     @property
     def kernel_count(self) -> int:
-        return len(self.schedule.kernels)
+        return self._kernel_count
 
     def __repr__(self) -> str:
         return (

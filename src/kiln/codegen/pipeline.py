@@ -20,7 +20,9 @@ after each):
     schedule  fusion, buffer reuse, memory plan (schedule/)
     render    loop IR -> kernel source (the device's code generator)
     wrap      the Python wrapper program that allocates and calls kernels and ATen ops
-    build     kernels compiled and loaded, the wrapper's `call` made
+    build     kernels compiled and loaded, the wrapper's `call` made (a device whose code
+              generator has `loadable` builds by loading that data, which the
+              compiled-artifact cache also keeps: backends/warm.py)
 
 Why it exists: one pipeline with devices as values; a change to any pass is made once.
 """
@@ -165,10 +167,14 @@ def compile_graph_strict(
     summary = extern_summary(sched.graph)
     if summary:
         logs.log("perf_hints", f"extern calls in this graph: {summary}")
-    call = gen.build(kernels, wrapper, sched, example_inputs)
+    # a code generator that can say what it built as data (devices.Loadable) builds by loading
+    # that, so the compiled-artifact cache's later load of it is the very same step
+    describe = getattr(gen, "loadable", None)
+    made = describe(kernels, wrapper, sched, example_inputs) if describe is not None else None
+    call = made.load() if made is not None else gen.build(kernels, wrapper, sched, example_inputs)
     seconds = time.perf_counter() - start
     return CompiledGraph(
-        call, sched, kernels.source, wrapper.source, seconds, dev.name, gen.kernel_language
+        call, sched, kernels.source, wrapper.source, seconds, dev.name, gen.kernel_language, made
     )
 
 

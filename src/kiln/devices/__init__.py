@@ -103,6 +103,27 @@ class CodeGen(Protocol):
         self, kernels: Any, wrapper: Any, sched: Any, example_inputs: list
     ) -> Callable | FirstCall: ...
 
+    # Optional: `loadable(kernels, wrapper, sched, example_inputs) -> Loadable | None`, the
+    # build as data (see `Loadable`); a code generator without it is never warm-started.
+
+
+@dataclass(frozen=True)
+class Loadable:
+    """A built graph as data: `load()` makes the wrapper's `call` (or a `FirstCall`) again.
+
+    `loader` is a "module:function" light to import (no lowering, scheduling or rendering
+    modules: those are what a warm start saves), `data` plain values it takes (sources, kernel
+    names, op names, constant tensors) that pickle. The compiled-artifact cache
+    (backends/warm.py) stores it, so that a new process loads the graph from it instead of
+    compiling it again; the kernels themselves come from the builders' caches by content.
+    """
+
+    loader: str
+    data: Mapping[str, Any]
+
+    def load(self) -> Callable | FirstCall:
+        return _load(self.loader)(self.data)
+
 
 def _load(path: str) -> Any:
     module, _, attr = path.partition(":")
@@ -242,6 +263,7 @@ __all__ = [
     "DEVICES",
     "Device",
     "LOOP_DTYPES",
+    "Loadable",
     "accelerator_of",
     "device_for",
     "get_device",

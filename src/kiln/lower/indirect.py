@@ -27,6 +27,7 @@ import math
 import sympy
 import torch
 
+from ..devices.runtime_ops import CHECK_INDEX
 from . import ops
 from .indexing import (
     Indirect,
@@ -42,25 +43,7 @@ from .registry import Unsupported, register_lowering
 INDEX_DTYPES = (torch.int64, torch.int32)
 INT64_MIN = -(2**63)
 
-# -- the run-time check ------------------------------------------------------------------------
-
-_LIB = torch.library.Library("kiln", "FRAGMENT")
-_LIB.define(
-    "check_index(Tensor bad, Tensor value, str op, int dim, int size, bool index_error) -> ()"
-)
-
-
-def _check_index(bad, value, op, dim, size, index_error) -> None:
-    if bool(bad):
-        kind = IndexError if index_error else RuntimeError
-        raise kind(
-            f"index {int(value)} is out of bounds for dimension {dim} with size {size} "
-            f"(in {op}; kiln checks every index before its kernels' results are returned)"
-        )
-
-
-_LIB.impl("check_index", _check_index, "CompositeExplicitAutograd")
-CHECK_INDEX = torch.ops.kiln.check_index.default
+# -- the run-time check (the op itself: devices/runtime_ops.py) -------------------------------
 
 
 def _add_check(ctx, idx: BufRef, size: int, wrap: bool, dim: int) -> None:

@@ -6,6 +6,10 @@ reduce-overhead, callables that capture and replay device graphs.
 
 Files:
   cache.py                  the per-user, content-addressed, checksummed on-disk cache
+  artifacts.py              compiled graphs kept for the next process (the warm start's store),
+                            the cache folder's size bound, the cache as one blob
+  arenas.py                 the arena blocks compiled graphs keep between calls
+  cache_cli.py              `kiln cache info|clear`
   cpp_builder.py            C++ source -> loaded shared library (flags, cache keys)
   triton_builder.py         Triton module source -> imported module, compiled ahead in workers
   triton_workers.py         the pool of compile worker processes (triton_worker_main.py: a worker)

@@ -81,6 +81,10 @@ class ArtifactCache:
             return None
         problem = self._check(key, lib, meta)
         if problem is None:
+            try:
+                os.utime(meta)  # its last use, for the size bound's eviction (artifacts.py)
+            except OSError:
+                pass
             return lib
         logs.warn(f"kiln cache: discarding entry {key[:16]}: {problem}; it will be rebuilt")
         for p in (lib, meta):

@@ -1,9 +1,10 @@
 """`kiln cache info|clear`: what kiln's on-disk caches hold, and emptying them safely.
 
 Takes the cache folders options.py names (`KILN_CACHE_DIR`: built C++ libraries in `cpp/`,
-Triton kernel sources in `triton/`; `KILN_NATIVE_DIR`: the native guard checks); gives a
+Triton kernel sources in `triton/`, compiled graphs for the warm start in `aot/`;
+`KILN_NATIVE_DIR`: the native guard checks); gives a
 summary per cache (entries, bytes, temporary files left by killed writers) and `clear`, which
-removes only files kiln itself writes there (`<key>.so|.py|.meta` in `<kind>/<2 hex>/`, their
+removes only files kiln itself writes there (`<key>.so|.py|.art|.meta` in `<kind>/<2 hex>/`, their
 `.tmp-*` files, and with `--native` the `kiln_native_*` modules). A cache folder a user pointed
 somewhere odd (`KILN_CACHE_DIR=$HOME`) is never emptied wholesale. Loaded libraries stay mapped
 in processes that use them; the next process rebuilds what it needs.
@@ -17,7 +18,7 @@ import sys
 
 from .. import options
 
-KINDS = {"cpp": (".so",), "triton": (".py",)}
+KINDS = {"cpp": (".so",), "triton": (".py",), "aot": (".art",)}  # aot: compiled graphs
 _KEY = re.compile(r"^[0-9a-f]{16,128}$")
 _SHARD = re.compile(r"^[0-9a-f]{2}$")
 
@@ -59,7 +60,7 @@ def info() -> list[str]:
     lines = [f"kernel cache: {root}"]
     for kind in KINDS:
         files = list(_kiln_files(root, kind))
-        entries = sum(1 for p, tmp in files if not tmp and p.endswith(".meta"))
+        entries = sum(1 for p, tmp in files if not tmp and p.endswith(KINDS[kind]))
         temps = sum(1 for _, tmp in files if tmp)
         size = sum(_size(p) for p, _ in files)
         lines.append(

@@ -18,20 +18,16 @@ history of the process. Kept, the block is written in place every call. The cost
 stays allocated between calls, like a parameter (so a profiler's count of one call's
 allocations does not show it), and it may raise the call's peak a little (`PEAK_SLACK`).
 
-The blocks themselves come from `new_block` (the wrapper's `_new_arena`), which keeps a weak
-reference to each: `held_bytes()` is what the process's arenas hold now, the figure a memory
-measure adds to what one call allocates (`kiln bench`'s CPU peak).
+The blocks themselves come from `runtime.arenas.new_block` (the wrapper's `_new_arena`), which
+keeps a weak reference to each: `held_bytes()` there is what the process's arenas hold now, the
+figure a memory measure adds to what one call allocates (`kiln bench`'s CPU peak).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import torch
 
 from ..lower.ir import Extern, ExternItem, LoopGraph, Node, View, node_dtype, node_size
 from .fusion import ExternCall
@@ -48,23 +44,6 @@ ALIGN = 64  # bytes: every slot starts on a cache line (and suits every dtype's 
 PEAK_SLACK = 0.125
 LARGE_SLOT = 1 << 20
 REMOVE_TRIES = 8  # slots tried for removal per round (bounds planning time on large graphs)
-
-
-_blocks: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> live block
-_block_ids = itertools.count()
-
-
-def new_block(nbytes: int) -> torch.Tensor:
-    """A graph's arena block, counted by `held_bytes` while it is alive."""
-    block = torch.empty(nbytes, dtype=torch.uint8, device="cpu")
-    _blocks[next(_block_ids)] = block
-    return block
-
-
-def held_bytes() -> int:
-    """Bytes of every arena block alive in this process: those compiled graphs keep between
-    calls, and any a running call holds."""
-    return sum(block.nbytes for block in list(_blocks.values()))
 
 
 @dataclass(frozen=True)

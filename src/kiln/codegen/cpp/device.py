@@ -11,32 +11,12 @@ small part that is the CPU's.
 
 from __future__ import annotations
 
-import torch
-
-from ... import native
-from ...runtime.cpp_builder import CompilerNotFound, build, find_compiler
-from ...schedule.arena import new_block
-from ..bindings import fast_externs
+from ...devices import Loadable
+from ...runtime.cpp_builder import CompilerNotFound, find_compiler
+from ..bindings import op_names
 from ..wrapper import WrapperProgram, render_wrapper
+from .load import load
 from .renderer import CppModule, render_module
-
-
-def _empty(size, stride, dtype):
-    return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
-
-
-def _fix_input(t: torch.Tensor, name: str, size, stride) -> torch.Tensor:
-    """An input whose strides differ from the compiled ones is copied into those strides."""
-    if tuple(t.shape) != tuple(size):
-        raise RuntimeError(
-            f"kiln: input {name} has shape {tuple(t.shape)}, but this graph was compiled for "
-            f"{tuple(size)}; recompile for the new shape."
-        )
-    if t.device.type != "cpu":
-        raise RuntimeError(f"kiln: input {name} is on {t.device}; this graph runs on the CPU")
-    out = torch.empty_strided(size, stride, dtype=t.dtype, device="cpu")
-    out.copy_(t)
-    return out
 
 
 class CppCodeGen:
@@ -61,23 +41,29 @@ class CppCodeGen:
         params = {k.name: k.params for k in kernels.kernels}
         return render_wrapper(sched, params, checked_inputs, capabilities.out_variants)
 
+    def loadable(self, kernels: CppModule, wrapper: WrapperProgram, sched, example_inputs):
+        """The build as data (load.py loads it); None when an extern is not an ATen overload
+        (such a graph is built, but not kept by the compiled-artifact cache)."""
+        externs = op_names(wrapper.externs)
+        return (
+            None if externs is None else Loadable(LOADER, _data(kernels, wrapper, sched, externs))
+        )
+
     def build(self, kernels: CppModule, wrapper: WrapperProgram, sched, example_inputs):
-        names = {k.name: len(k.params) for k in kernels.kernels}
-        lib = build(kernels.source, names) if names else None
-        ns: dict = {
-            "torch": torch,
-            "_empty": _empty,
-            "_as_strided": native.as_strided(),
-            "_fix_input": _fix_input,
-            "_new_arena": new_block,
-            "_arenas": [],  # this graph's arenas between calls (schedule/arena.py)
-        }
-        for k in kernels.kernels:
-            ns[k.name] = getattr(lib, k.name)
-        ns.update(fast_externs(wrapper.externs))
-        ns.update(sched.graph.constants)
-        exec(compile(wrapper.source, "<kiln wrapper>", "exec"), ns)
-        return ns["call"]
+        return load(_data(kernels, wrapper, sched, dict(wrapper.externs)))
+
+
+LOADER = "kiln.codegen.cpp.load:load"
+
+
+def _data(kernels: CppModule, wrapper: WrapperProgram, sched, externs: dict) -> dict:
+    return {
+        "source": kernels.source,
+        "kernels": {k.name: len(k.params) for k in kernels.kernels},
+        "wrapper": wrapper.source,
+        "externs": externs,
+        "constants": dict(sched.graph.constants),
+    }
 
 
 CPP = CppCodeGen()

@@ -13,25 +13,14 @@ small part that is Triton's.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
-from ... import native
-from ...devices import accelerator_of
+from ...devices import Loadable, accelerator_of
 from ...lower.ir import LoopGraph
-from ...runtime.triton_builder import (
-    TritonNotFound,
-    compiling,
-    finish_compiles,
-    load,
-    prestart,
-    require_triton,
-)
+from ...runtime.triton_builder import TritonNotFound, prestart, require_triton
 from ...runtime.triton_interpret import is_interpreting
-from ...runtime.triton_launch import FastKernel
-from ..bindings import fast_externs
-from ..compiled import FirstCall
+from ..bindings import op_names
+from .load import load
 from .renderer import TritonKernel, TritonModule, render_module
 from .wrapper import render_wrapper
 
@@ -58,68 +47,36 @@ class TritonCodeGen:
     def wrap(self, sched, kernels: TritonModule, checked_inputs, capabilities):
         return render_wrapper(sched, {k.name: k for k in kernels.kernels}, checked_inputs)
 
+    def loadable(self, kernels: TritonModule, wrapper, sched, example_inputs):
+        """The build as data (load.py loads it): the module source, its kernels' launch plans,
+        the wrapper and where it allocates; None when an extern is not an ATen overload (such
+        a graph is built, but not kept by the compiled-artifact cache)."""
+        externs = op_names(wrapper.externs)
+        if externs is None:
+            return None
+        return Loadable(LOADER, _data(kernels, wrapper, sched, example_inputs, externs))
+
     def build(self, kernels: TritonModule, wrapper, sched, example_inputs):
-        graph = sched.graph
-        launches = _launches(kernels, graph)
-        loaded = load(kernels.source, launches, wait=False) if kernels.kernels else None
-        device = _graph_device(example_inputs, graph)
-        namespace = _namespace(loaded, kernels, wrapper, graph.constants, device)
-        exec(compile(wrapper.source, "<kiln triton wrapper>", "exec"), namespace)
-        call = namespace["call"]
-        if loaded is not None and compiling(loaded):
-            # the workers compile while the next graph (a training step's forward, compiled
-            # after its backward) is lowered; the first call waits for them
-            return FirstCall(lambda: finish_compiles(loaded), call)
-        return call
+        return load(_data(kernels, wrapper, sched, example_inputs, dict(wrapper.externs)))
+
+
+LOADER = "kiln.codegen.triton.load:load"
+
+
+def _data(kernels: TritonModule, wrapper, sched, example_inputs, externs: dict) -> dict:
+    graph = sched.graph
+    return {
+        "source": kernels.source,
+        "kernels": [k.name for k in kernels.kernels],
+        "launches": _launches(kernels, graph),
+        "wrapper": wrapper.source,
+        "externs": externs,
+        "constants": dict(graph.constants),
+        "device": str(_graph_device(example_inputs, graph)),
+    }
 
 
 TRITON = TritonCodeGen()
-
-
-# -- the wrapper's namespace -----------------------------------------------------------------
-
-
-def _empty(size, stride, dtype, device):
-    return torch.empty_strided(size, stride, dtype=dtype, device=device)
-
-
-def _fix_input(t: torch.Tensor, name: str, size, stride, device=None) -> torch.Tensor:
-    """An input with other strides (or on another device) is copied into the compiled ones."""
-    if tuple(t.shape) != tuple(size):
-        raise RuntimeError(
-            f"kiln: input {name} has shape {tuple(t.shape)}, but this graph was compiled for "
-            f"{tuple(size)}; recompile for the new shape."
-        )
-    out = torch.empty_strided(size, stride, dtype=t.dtype, device=device or t.device)
-    out.copy_(t)
-    return out
-
-
-def _device_guard(device: torch.device):
-    if device.type == "cuda" and device.index is not None:
-        if device.index != torch.cuda.current_device():
-            return torch.cuda.device(device.index)
-    return contextlib.nullcontext()
-
-
-def _namespace(loaded, module: TritonModule, wrapper, constants: dict, device) -> dict:
-    ns: dict = {
-        "torch": torch,
-        "_empty": _empty,
-        "_as_strided": native.as_strided(),
-        "_fix_input": _fix_input,
-        "_device_guard": _device_guard,
-        "_default_device": device,
-        # an int compare per input instead of building a torch.device (-1: the CPU)
-        "_device_index": torch.empty(0, device=device).get_device(),
-    }
-    fast = not is_interpreting()  # the interpreter has no compiled launchers to call
-    for k in module.kernels:
-        jit = getattr(loaded, k.name)
-        ns[k.name] = FastKernel(jit) if fast else jit
-    ns.update(fast_externs(wrapper.externs))
-    ns.update(constants)
-    return ns
 
 
 def _launches(module: TritonModule, graph: LoopGraph) -> dict:

@@ -1,0 +1,433 @@
+"""The warm start: compiled graphs kept on disk, so that a new process redoes only capture.
+
+Takes a captured graph with its `CaptureInfo`, and from AOT autograd (`aot_compile(...,
+entry_store=...)`, autograd/compile.py) each call signature's entry as it is compiled; gives
+`entry_store(info)`, the `EntryStore` the `inductor` backend hands AOT autograd. It keeps an
+entry as data in the compiled-artifact store (runtime/artifacts.py) and, in a later process,
+gives it back without AOT tracing, partitioning, lowering, scheduling or rendering: what AOT
+autograd found about the graph (`GraphMeta`, the training plan) and, per ATen graph, the build
+as data (`devices.Loadable`: sources, kernel names, op names, constants), whose load takes the
+kernels from the builders' content-keyed caches (no compiler runs).
+
+The key of an entry is a SHA-256 of everything the compiled entry depends on:
+
+* the captured graph: its code, each call target's identity (an ATen op or a torch function
+  by name; any other Python function by its compiled code and plain defaults and closure
+  values), the values of its attributes (constant tensors by content, nested graphs by their
+  own key) and the node marks AOT autograd reads (`recompute`);
+* its inputs as capture described them (types, sizes and strides with symbolic dimensions by
+  name, so a graph with dynamic sizes never matches a static one) and the call's inputs as AOT
+  autograd receives them (sizes, strides, offsets, dtypes, devices, requires_grad, leaves,
+  views, which inputs share storage), with AOT autograd's own entry key (grad mode, each
+  input's requires_grad, plain values);
+* the options that reach compilation, the positions capture checks, the partition strategy;
+* the code and the machine: kiln's source digest (version.py), torch, Python, the C++ compiler
+  and CPU, Triton and the GPU for CUDA graphs, and global torch state compilation reads
+  (default dtype, autocast, deterministic algorithms, matmul precision and TF32 flags).
+
+What is not kept (it compiles as before, every process): a graph whose call targets or
+attributes cannot be named soundly (a callable object, a closure over a tensor), an entry any
+of whose graphs fell back to eager kernels (the fallback is recorded again each time), graphs
+for device graphs (reduce-overhead), devices without `CodeGen.loadable`, and anything that does
+not pickle. While detailed logs (`aot_graphs`, `output_code`, `passes`, `schedule`,
+`perf_hints`) or the trace are on, entries are compiled (and kept) rather than loaded, so that
+what they show is there. `KILN_ARTIFACT_CACHE=0` switches the cache off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import marshal
+import pickle
+import sys
+import types
+import warnings
+from typing import Any
+
+import torch
+
+from .. import logs, options, trace
+from ..autograd.analyze import GraphMeta
+from ..autograd.runtime import InferenceEntry, TrainingEntry, TrainingPlan
+from ..contracts import CaptureInfo
+from ..devices import Loadable
+from ..runtime.artifacts import open_store
+from ..version import source_digest
+
+FORMAT = 1
+# logs that show compile products: while one is on, entries are compiled, not loaded
+_DETAIL_LOGS = ("aot_graphs", "output_code", "passes", "schedule", "perf_hints")
+# options that do not change what is compiled
+_NOT_COMPILED = ("trace.enabled", "trace.dir", "warn_eager", "cache_size_limit")
+_PLAIN = (int, float, bool, str, bytes, type(None))
+_DESCRIPTORS = (
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.ClassMethodDescriptorType,
+)
+
+
+# this process's loads, compiles with a miss, and entries written (tests and benchmarks read it)
+STATS = {"hits": 0, "misses": 0, "stored": 0, "not_cached": 0}
+
+
+class Unkeyable(Exception):
+    """Something the entry depends on that the key cannot name soundly: not cached."""
+
+
+def entry_store(info: CaptureInfo, checked: list[int]) -> WarmStore | None:
+    """The store for the graph `info` describes, or None when the cache is off."""
+    if not options.env_artifact_cache():
+        return None
+    return WarmStore(info, checked)
+
+
+class WarmStore:
+    """An `EntryStore` (autograd/compile.py) over the compiled-artifact store."""
+
+    def __init__(self, info: CaptureInfo, checked: list[int]) -> None:
+        self.info = info
+        self.checked = checked
+        self.graph_key: str | None = None  # the captured graph's part of the key, once
+        self.keys: dict[tuple, str | None] = {}
+
+    def key(self, compiled: Any, args: list, entry_key: tuple) -> str | None:
+        if entry_key in self.keys:
+            return self.keys[entry_key]
+        try:
+            if self.graph_key is None:
+                self.graph_key = graph_key(compiled.gm)
+            key = hashlib.sha256(
+                "\0".join(
+                    [
+                        self.graph_key,
+                        _config(self.info, self.checked, compiled),
+                        repr(entry_key),
+                        _args(args),
+                        _environment(args, self.info.options.get("codegen.device")),
+                    ]
+                ).encode()
+            ).hexdigest()
+        except Unkeyable as e:
+            logs.log("perf_hints", f"warm start: {self.info.label} is not cached: {e}")
+            STATS["not_cached"] += 1
+            key = None
+        self.keys[entry_key] = key
+        return key
+
+    def load(self, compiled: Any, args: list, entry_key: tuple) -> Any:
+        if trace.recording() or any(logs.is_on(a) for a in _DETAIL_LOGS):
+            return None
+        key = self.key(compiled, args, entry_key)
+        store = open_store() if key is not None else None
+        if key is None or store is None:
+            return None
+        data = store.get(key)
+        if data is None:
+            STATS["misses"] += 1
+            return None
+        try:
+            entry = unpack(data)
+        except Exception as e:  # an entry of other code that slipped past the key: compile
+            logs.warn(f"kiln cache: cannot load compiled graph {key[:16]} ({e!r}); compiling it")
+            STATS["misses"] += 1
+            return None
+        STATS["hits"] += 1
+        trace.event("cache", kind="aot", key=key, result="disk")
+        return entry
+
+    def save(self, compiled: Any, args: list, entry_key: tuple, entry: Any) -> None:
+        key = self.key(compiled, args, entry_key)
+        if key is None:
+            return
+        try:
+            data = pack(entry)
+        except Unkeyable as e:
+            logs.log("perf_hints", f"warm start: {self.info.label} is not cached: {e}")
+            STATS["not_cached"] += 1
+            return
+        store = open_store()
+        if store is not None and store.put(key, data):
+            STATS["stored"] += 1
+
+
+# -- the key ----------------------------------------------------------------------------------
+
+
+def graph_key(gm: torch.fx.GraphModule) -> str:
+    """A digest of a captured graph: its code, its call targets and attributes, node marks and
+    its inputs as capture described them (see the module doc)."""
+    parts = [gm.code]
+    for node in gm.graph.nodes:
+        if node.op in ("call_function", "call_method"):
+            parts.append(f"{node.name}={_target(node.target)}")
+        elif node.op == "get_attr":
+            parts.append(f"{node.name}={_attribute(gm, node.target)}")
+        elif node.op == "placeholder":
+            parts.append(
+                f"{node.name}:{_value(node.meta.get('example_value', node.meta.get('val')))}"
+            )
+        elif node.op == "call_module":
+            raise Unkeyable(f"the graph calls a module ({node.target})")
+        for mark in ("recompute", "kiln_layout_guarded"):
+            if mark in node.meta:
+                parts.append(f"{node.name}.{mark}={node.meta[mark]!r}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _target(target: Any) -> str:
+    if isinstance(target, str):  # a method name
+        return target
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return f"op:{target}"
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"hop:{target.name()}"
+    if isinstance(target, types.BuiltinFunctionType):
+        owner = target.__self__
+        if owner is not None and not isinstance(owner, (types.ModuleType, type)):
+            raise Unkeyable(f"call target {target!r} is bound to an object")
+        return f"builtin:{target.__module__}.{target.__qualname__}:{getattr(owner, '__name__', '')}"
+    if isinstance(target, _DESCRIPTORS):  # torch.Tensor.add and the like
+        return f"method:{target.__objclass__.__module__}.{target.__qualname__}"
+    if isinstance(target, type) and target.__module__.split(".")[0] in ("builtins", "torch"):
+        return f"type:{target.__module__}.{target.__qualname__}"
+    if isinstance(target, types.MethodType) and isinstance(target.__self__, type):
+        cls = target.__self__  # a classmethod (autograd.Function.apply): the class's code too
+        funcs = [
+            f
+            for c in cls.__mro__
+            if c.__module__ not in ("torch.autograd.function", "torch._C", "builtins")
+            for f in vars(c).values()
+        ]
+        return f"class:{cls.__module__}.{cls.__qualname__}:" + ",".join(
+            _function(getattr(f, "__func__", f)) for f in funcs if _is_function(f)
+        )
+    if isinstance(target, types.FunctionType):
+        return _function(target)
+    raise Unkeyable(f"call target {target!r} is not a function kiln can name")
+
+
+def _is_function(f: Any) -> bool:
+    return isinstance(getattr(f, "__func__", f), types.FunctionType)
+
+
+def _function(fn: types.FunctionType) -> str:
+    """A Python function by its module and name; one outside torch also by its compiled code,
+    plain defaults and closure values (torch's own are fixed by torch's version)."""
+    name = f"{fn.__module__}.{fn.__qualname__}"
+    if (fn.__module__ or "").split(".")[0] == "torch":
+        return f"fn:{name}"
+    cells = [c.cell_contents for c in fn.__closure__ or ()]
+    plain = [fn.__defaults__ or (), sorted((fn.__kwdefaults__ or {}).items()), cells]
+    if not _is_plain(plain):
+        raise Unkeyable(f"{name} has defaults or closure values that are not plain values")
+    code = hashlib.sha256(marshal.dumps(fn.__code__)).hexdigest()
+    return f"fn:{name}:{code}:{plain!r}"
+
+
+def _is_plain(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(v) for v in value)
+    return isinstance(value, _PLAIN)
+
+
+def _attribute(gm: torch.fx.GraphModule, target: str) -> str:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    if isinstance(value, torch.fx.GraphModule):
+        return f"graph:{graph_key(value)}"
+    if isinstance(value, torch.Tensor):
+        if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.layout != torch.strided:
+            raise Unkeyable(f"attribute {target} is a {type(value).__name__}")
+        data = value.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()
+        return f"tensor:{_value(value)}:{hashlib.sha256(data).hexdigest()}"
+    if _is_plain(value):
+        return repr(value)
+    raise Unkeyable(f"attribute {target} is a {type(value).__name__}")
+
+
+def _value(v: Any) -> str:
+    """What compilation may read of one value: a tensor's metadata (symbolic dims by name)."""
+    if isinstance(v, torch.Tensor):
+        return (
+            f"{type(v).__name__}({tuple(map(str, v.shape))},{tuple(map(str, v.stride()))},"
+            f"{v.storage_offset()},{v.dtype},{v.device},{v.layout},rg={v.requires_grad},"
+            f"leaf={v.is_leaf},view={v._base is not None},inf={_inference(v)})"
+        )
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return f"sym:{type(v).__name__}:{v}"
+    if _is_plain(v):
+        return f"{type(v).__name__}:{v!r}"
+    return f"type:{type(v).__module__}.{type(v).__qualname__}"
+
+
+def _inference(t: torch.Tensor) -> bool:
+    try:
+        return t.is_inference()
+    except Exception:  # a fake tensor of some torch versions
+        return False
+
+
+def _args(args: list) -> str:
+    """The call's inputs: each one's metadata and which ones share storage."""
+    parts: list[str] = []
+    storages: dict[tuple, int] = {}
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a.layout != torch.strided or type(a) not in (torch.Tensor, torch.nn.Parameter):
+                raise Unkeyable(f"an input is a {type(a).__name__} ({a.layout})")
+            ptr = a.untyped_storage().data_ptr()
+            group = storages.setdefault((a.device, ptr), len(storages)) if ptr else -1
+            parts.append(f"{_value(a)}@{group},conj={a.is_conj()},neg={a.is_neg()}")
+        else:
+            parts.append(_value(a))
+    return ";".join(parts)
+
+
+def _config(info: CaptureInfo, checked: list[int], compiled: Any) -> str:
+    opts = info.options
+    values = sorted(
+        (name, repr(opts.get(name))) for name in options.KNOWN_OPTIONS if name not in _NOT_COMPILED
+    )
+    return repr(
+        (
+            FORMAT,
+            opts.mode,
+            opts.dynamic,
+            values,
+            checked,
+            info.fixed_call_key,
+            compiled.partition,
+            compiled.float_inputs,
+        )
+    )
+
+
+def _environment(args: list, device: str | None) -> str:
+    """The code, the machine and the global torch state compilation reads."""
+    from ..native.compiler import CompilerNotFound, find_compiler
+    from ..runtime.cpp_builder import _machine
+
+    try:
+        compiler = find_compiler()
+    except CompilerNotFound:
+        compiler = None
+    parts: list[Any] = [
+        source_digest(),
+        torch.__version__,
+        sys.version,
+        _machine(),
+        compiler,
+        torch.get_default_dtype(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.get_float32_matmul_precision(),
+        [(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")],
+    ]
+    cuda = [a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"]
+    if cuda or device is not None:  # Triton compiles (or interprets) it
+        from ..runtime.triton_interpret import is_interpreting
+
+        parts += [device, _package_version("triton"), is_interpreting()]
+    if cuda:
+        parts += [
+            torch.version.cuda,
+            torch.cuda.get_device_name(cuda[0]),
+            torch.cuda.get_device_capability(cuda[0]),
+            torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.allow_tf32,
+            torch.backends.cuda.flash_sdp_enabled(),
+            torch.backends.cuda.mem_efficient_sdp_enabled(),
+            torch.backends.cuda.math_sdp_enabled(),
+        ]
+    return repr(parts)
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# -- an entry as data -------------------------------------------------------------------------
+
+
+def pack(entry: Any) -> bytes:
+    """An entry as bytes; `Unkeyable` when a graph of it is not a kiln-compiled graph with a
+    `loadable` (it fell back to eager kernels, or runs as a device graph)."""
+    if isinstance(entry, TrainingEntry):
+        plan = entry.plan
+        fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
+        fields["fw"], fields["bw"] = _graph(plan.fw), _graph(plan.bw)
+        body: dict[str, Any] = {"kind": "training", "plan": fields}
+    elif isinstance(entry, InferenceEntry):
+        body = {"kind": "inference", "forward": _graph(entry.forward)}
+    else:
+        raise Unkeyable(f"an entry of type {type(entry).__name__}")
+    body.update(meta=_meta(entry.meta), tensor_only=entry.tensor_only, format=FORMAT)
+    try:
+        return pickle.dumps(body, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:
+        raise Unkeyable(f"it does not pickle ({type(e).__name__}: {e})") from None
+
+
+def _graph(compiled: Any) -> dict:
+    made = getattr(compiled, "loadable", None)
+    if not isinstance(made, Loadable):
+        raise Unkeyable("a graph of it runs on eager kernels or as a device graph")
+    return {
+        "loader": made.loader,
+        "data": dict(made.data),
+        "kernel_source": compiled.kernel_source,
+        "wrapper_source": compiled.wrapper_source,
+        "device": compiled.device,
+        "kernel_language": compiled.kernel_language,
+        "kernel_count": compiled.kernel_count,
+    }
+
+
+def _meta(meta: GraphMeta) -> GraphMeta:
+    """`meta` with graph nodes (the bases of aliased outputs) named by their names: the runtime
+    only matches them with each other."""
+    outputs = [
+        dataclasses.replace(o, base=o.base.name if o.base is not None else None)  # type: ignore[arg-type]
+        for o in meta.outputs
+    ]
+    bases: list[Any] = [b.name for b in meta.bases]
+    return dataclasses.replace(meta, outputs=outputs, bases=bases)
+
+
+def unpack(data: bytes) -> Any:
+    with warnings.catch_warnings():  # torch's pytree warns on unpickling its LeafSpec
+        warnings.simplefilter("ignore", FutureWarning)
+        body = pickle.loads(data)
+    if body.get("format") != FORMAT:
+        raise ValueError(f"entry format {body.get('format')!r}")
+    meta = body["meta"]
+    if body["kind"] == "inference":
+        return InferenceEntry(meta, _load(body["forward"]), body["tensor_only"])
+    fields = dict(body["plan"])
+    fields["fw"], fields["bw"] = _load(fields["fw"]), _load(fields["bw"])
+    return TrainingEntry(meta, TrainingPlan(**fields), body["tensor_only"])
+
+
+def _load(graph: dict) -> Any:
+    from ..codegen.compiled import CompiledGraph
+
+    if not graph["loader"].startswith("kiln."):
+        raise ValueError(f"loader {graph['loader']!r} is not kiln's")
+    made = Loadable(graph["loader"], graph["data"])
+    return CompiledGraph(
+        made.load(),
+        None,
+        graph["kernel_source"],
+        graph["wrapper_source"],
+        0.0,
+        graph["device"],
+        graph["kernel_language"],
+        made,
+        graph["kernel_count"],
+    )
