@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import warnings
 from typing import Any, Callable
 
@@ -214,7 +215,12 @@ def explain(fn: Callable, **compile_kwargs):
 
 
 def reset() -> None:
-    """Drop every compiled entry, so the next call of each compiled function compiles again."""
+    """Drop every compiled entry, so the next call of each compiled function compiles again;
+    background compiles (`compile.async`) still queued are dropped, and the one in progress
+    is waited for."""
+    background = sys.modules.get("kiln.runtime.async_compile")  # loaded by its first use
+    if background is not None:
+        background.cancel_all()
     frontend.reset_all()
 
 

@@ -32,6 +32,8 @@ MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagrap
 #   cache_size_limit         entries per code object (capture/frontend.py); KILN_CACHE_SIZE_LIMIT
 #                            is read once, here, when the options are built
 #   debug.verify_ir, debug.fuel  the scheduler's IR verifier and fusion fuel (codegen stages)
+#   compile.async            compile in a background thread, calls run eagerly until it is done
+#                            (backends/builtin.py -> runtime/async_compile.py)
 KNOWN_OPTIONS: dict[str, tuple[Any, type | tuple[type, ...]]] = {
     "triton.cudagraphs": (False, bool),
     "triton.emulate_precision_casts": (False, bool),
@@ -49,6 +51,13 @@ KNOWN_OPTIONS: dict[str, tuple[Any, type | tuple[type, ...]]] = {
     # tensors' device type
     "codegen.device": (None, (str, type(None))),
     "debug.fuel": (None, (int, type(None))),
+    # No first-call stall: a captured graph compiles in a background thread while its calls
+    # run on eager kernels (the captured graph as it is), and the compiled code is swapped in
+    # between two calls once it is ready; a training step that started eagerly finishes
+    # eagerly. Results are eager's either way; a failed background compile leaves the graph
+    # eager and is recorded as a fallback with its reason. kiln.reset() drops queued compiles.
+    # Off by default: the first calls are then slower (eager) but no call ever waits.
+    "compile.async": (False, bool),
 }
 
 # Option values kiln accepts but cannot honour yet: each warns once instead of being refused,
@@ -70,7 +79,7 @@ NOT_IMPLEMENTED: dict[tuple[str, Any], str] = {
 HONOURED_BY_CONSTRUCTION = ("fallback_random",)
 
 # Options only kiln's own code generator reads: a named backend without it would ignore them.
-CODEGEN_ONLY = ("triton.cudagraphs", "debug.verify_ir", "debug.fuel")
+CODEGEN_ONLY = ("triton.cudagraphs", "debug.verify_ir", "debug.fuel", "compile.async")
 # kiln's named backends that run no kiln code generator (backends/builtin.py, autograd/backend.py)
 EAGER_KERNEL_BACKENDS = (
     "eager",

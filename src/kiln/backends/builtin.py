@@ -133,8 +133,30 @@ def _aot_or_eager(
 def inductor(
     gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo | None = None
 ) -> Callable:
-    """AOT autograd with kiln's code generator compiling the forward and backward graphs."""
+    """AOT autograd with kiln's code generator compiling the forward and backward graphs;
+    under `compile.async`, in a background thread while calls run eagerly
+    (runtime/async_compile.py)."""
     info = info if info is not None else CaptureInfo()
+    from ..runtime import async_compile
+
+    if info.options.get("compile.async"):
+        eager_fn = async_compile.eager_copy(gm)  # before AOT autograd rewrites `gm`
+        return async_compile.start(
+            info.label,
+            eager_fn,
+            lambda: _inductor(gm, example_inputs, info),
+            lambda reason: _fell_back(
+                info,
+                "async compile",
+                reason,
+                f"inductor: the background compile failed ({reason}); this graph runs eagerly",
+            ),
+        )
+    with async_compile.compile_lock:  # one compiling thread at a time (async_compile.py)
+        return _inductor(gm, example_inputs, info)
+
+
+def _inductor(gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo) -> Callable:
     compiler = _graph_compiler(info)
     # a forward (or inference) graph takes the captured tensors as they are
     forward = _graph_compiler(info, _tensor_positions(gm, info.checked_inputs))

@@ -44,7 +44,15 @@ class CompiledGraph:
         loadable: Loadable | None = None,
         kernel_count: int | None = None,
     ) -> None:
-        self._fn = self._first(fn) if isinstance(fn, FirstCall) else fn
+        self._pending: FirstCall | None = None
+        if isinstance(fn, FirstCall):
+            from ..runtime.async_compile import defer_finish
+
+            self._pending = fn
+            # a background compile finishes the kernels before its swap (async_compile.py)
+            self._fn = fn.call if defer_finish(self) else self._first(fn)
+        else:
+            self._fn = fn
         self.schedule = sched  # None for a graph loaded from the compiled-artifact cache
         # the build as data, which the compiled-artifact cache keeps (None: not cacheable)
         self.loadable = loadable
@@ -59,11 +67,17 @@ class CompiledGraph:
 
     def _first(self, pending: FirstCall) -> Callable[[list], tuple]:
         def first(args: list) -> tuple:
-            pending.finish()
+            self.finish()
             self._fn = pending.call
             return pending.call(args)
 
         return first
+
+    def finish(self) -> None:
+        """Wait for kernels still compiling (nothing when none are)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.finish()
 
     def __call__(self, *args: Any) -> tuple:
         """`compiled([x, y])` (boxed: the list is emptied, so inputs die inside the graph)
