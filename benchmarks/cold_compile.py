@@ -203,6 +203,13 @@ def child(args) -> None:
                 raise RuntimeError("the background compile did not finish in 10 minutes")
         out["time until compiled"] = time.perf_counter() - start
         out["async stats"] = dict(async_compile.STATS)
+    if args.compiler == "kiln":
+        from kiln.backends import builtin
+        from kiln.runtime import async_compile
+
+        async_compile.wait()  # (with --async: done already)
+        # a graph left to eager kernels would time no compile at all: say so, loudly
+        out["fallbacks"] = [str(f) for f in builtin.fallbacks()]
     runs = []
     for _ in range(5):
         s = time.perf_counter()
@@ -249,6 +256,8 @@ def main() -> None:
             for compiler in args.compilers.split(","):
                 r = run_child(graph, compiler, args.device, args.async_ and compiler == "kiln")
                 runs.append(r)
+                if r.get("fallbacks"):
+                    print(f"WARNING: {graph} {compiler} fell back: {r['fallbacks']}")
                 until = r.get("time until compiled")
                 print(
                     f"{graph:11s} {compiler:5s} first call {r['first call']:.3f} s"

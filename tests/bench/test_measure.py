@@ -225,6 +225,33 @@ def test_kiln_rows_count_graphs_through_a_wrapping_backend(models, kiln_logging_
     assert row["graph_breaks"] == len(row["break_reasons"]) == 0
 
 
+def test_kiln_rows_give_kilns_backend_the_capture_facts_and_mode(
+    kiln_logging_restored, monkeypatch
+):
+    """The counting backend passes capture's `CaptureInfo` on: without it kiln's backend ran
+    with default options (no mode), checked input layouts capture had guarded already and
+    computed AOT autograd's per-call key on every call."""
+    from kiln.backends import registry
+    from kiln.contracts import takes_capture_info
+
+    seen = []
+    real = registry.lookup_backend("inductor")
+
+    @takes_capture_info
+    def spy(gm, example_inputs, info=None):
+        seen.append(info)
+        return real(gm, example_inputs, info=info)
+
+    monkeypatch.setitem(registry._backends, "inductor", spy)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.GELU(), torch.nn.Linear(20, 4))
+    compiled = measure.compile_kiln(model, "reduce-overhead")
+    x = torch.randn(3, 12)
+    torch.testing.assert_close(compiled.fn(x), model(x))
+    assert len(seen) == 1 and seen[0] is not None
+    assert seen[0].options.mode == "reduce-overhead"
+    assert seen[0].fixed_call_key and seen[0].static_inputs
+
+
 def test_kiln_fallback_to_eager_kernels_is_recorded(models, kiln_logging_restored, monkeypatch):
     import kiln.codegen
 

@@ -110,13 +110,15 @@ def compile_kiln(model: torch.nn.Module, mode: str) -> Compiled:
     from kiln import logs
     from kiln.backends import builtin
     from kiln.backends.registry import lookup_backend
+    from kiln.contracts import takes_capture_info
 
     real = lookup_backend("inductor")
     graphs = [0]
 
-    def counting_backend(gm: torch.fx.GraphModule, example_inputs: list):
+    @takes_capture_info  # kiln's backend must get capture's facts and the options (the mode)
+    def counting_backend(gm: torch.fx.GraphModule, example_inputs: list, info=None):
         graphs[0] += 1
-        return real(gm, example_inputs)
+        return real(gm, example_inputs, info=info)
 
     breaks = _CountRecords()
     logging.getLogger("kiln.graph_breaks").addHandler(breaks)
