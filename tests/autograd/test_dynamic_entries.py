@@ -1,9 +1,10 @@
 """A graph that capture made with dynamic sizes runs at every size it is called with.
 
-kiln's code generators compile for concrete sizes, so `aot_compile` keeps an entry per input
-shape for such a graph. Before, the compiled graph for the first dynamic size was called with
-the next one and refused it ("recompile for the new shape"): `kiln.compile(f)` failed on the
-third sequence length (automatic dynamic shapes), and `dynamic=True` on the second."""
+`aot_compile` traces such a graph once with symbolic sizes (test_symbolic_aot.py); the code
+generator builds it per size while it declines symbolic sizes (backends/specialize.py). Once,
+the compiled graph for the first dynamic size was called with the next one and refused it
+("recompile for the new shape"): `kiln.compile(f)` failed on the third sequence length
+(automatic dynamic shapes), and `dynamic=True` on the second."""
 
 from __future__ import annotations
 

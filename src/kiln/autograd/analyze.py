@@ -23,6 +23,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .errors import AotUnsupported
+from .symbolic import FakeWorld, is_symbolic
 
 _SET_GRAD = torch._C._set_grad_enabled
 
@@ -63,7 +64,9 @@ class OutputAlias:
 
     kind: "fresh" (a graph output of its own), "input" (is input `index` itself), "input_view"
     (a view of input `index`), "dup" (the same tensor as user output `index`), "base_view" (a
-    view of graph value `base`, returned as an extra output), "const" (not a tensor: `value`).
+    view of graph value `base`, returned as an extra output), "const" (not a tensor: `value`),
+    "sym" (a number computed from symbolic sizes: `value` is the SymInt, evaluated per call).
+    With symbolic sizes, `size`, `stride` and `offset` may be SymInts (`GraphMeta.symbolic`).
     """
 
     kind: str
@@ -94,6 +97,9 @@ class GraphMeta:
     # (shape, dtype, device) of each value a functional trace returns, in its order: mutated
     # inputs, fresh outputs, bases (the shapes of the tangents a joint trace takes)
     value_specs: list[tuple] = field(default_factory=list)
+    # user outputs whose value or view geometry depends on symbolic sizes: the runtime
+    # computes them per call (runtime.py, `SymbolicOutputs`)
+    symbolic: list[int] = field(default_factory=list)
 
     @property
     def needs_autograd(self) -> bool:
@@ -104,19 +110,18 @@ class GraphMeta:
         )
 
 
-def fake_inputs(mode: FakeTensorMode, inputs: list) -> list:
-    """Fake copies of the call's inputs (views, leaf-ness and requires_grad kept)."""
-    return [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
 def _storage(t: torch.Tensor) -> StorageWeakRef:
     return StorageWeakRef(t.untyped_storage())
 
 
-def analyze(gm: torch.fx.GraphModule, inputs: list, grad_enabled: bool) -> GraphMeta:
-    """Run `gm` once on fake copies of `inputs` and record mutation and aliasing."""
-    mode = FakeTensorMode(allow_non_fake_inputs=False)
-    fakes = fake_inputs(mode, inputs)
+def analyze(
+    gm: torch.fx.GraphModule, inputs: list, grad_enabled: bool, world: FakeWorld | None = None
+) -> GraphMeta:
+    """Run `gm` once on fake copies of `inputs` and record mutation and aliasing. `world`: the
+    fake mode and inputs (symbolic.py); None: a fresh mode and fakes of `inputs`' sizes."""
+    world = world or FakeWorld(FakeTensorMode(allow_non_fake_inputs=False))
+    mode = world.mode
+    fakes = world.input_fakes(inputs)
     tensors = [x for x in fakes if isinstance(x, torch.Tensor)]
     before = [(x._version, x.shape, x.stride(), x.storage_offset()) for x in tensors]
     grad_fns = [x.grad_fn for x in tensors]
@@ -143,7 +148,7 @@ def analyze(gm: torch.fx.GraphModule, inputs: list, grad_enabled: bool) -> Graph
             # autograd saw the change only if it gave the input a new history: a parameter an
             # optimizer updates under no_grad keeps requires_grad but needs no gradient
             meta.mutated_requires_grad.append(bool(x.requires_grad) and x.grad_fn is not grad_fn)
-    _check_mutated_inputs_do_not_alias(meta, fakes)
+    _check_mutated_inputs_do_not_alias(meta, inputs)
 
     node_of = {id(v): n for n, v in interp.values.items() if isinstance(v, torch.Tensor)}
     input_storages = {pos: _storage(fakes[pos]) for pos in tensor_pos}
@@ -152,7 +157,16 @@ def analyze(gm: torch.fx.GraphModule, inputs: list, grad_enabled: bool) -> Graph
     fresh = [o for o, a in zip(flat, meta.outputs) if a.kind == "fresh"]
     values = [fakes[i] for i in meta.mutated] + fresh + [interp.values[b] for b in meta.bases]
     meta.value_specs = [(tuple(v.shape), v.dtype, v.device) for v in values]
+    meta.symbolic = [j for j, a in enumerate(meta.outputs) if _depends_on_symbols(a)]
     return meta
+
+
+def _depends_on_symbols(alias: OutputAlias) -> bool:
+    if alias.kind == "sym":
+        return True
+    if alias.kind not in ("input_view", "base_view"):
+        return False
+    return any(is_symbolic(v) for v in (*alias.size, *alias.stride, alias.offset))
 
 
 class _WrittenTensors(TorchDispatchMode):
@@ -176,11 +190,12 @@ class _WrittenTensors(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def _check_mutated_inputs_do_not_alias(meta: GraphMeta, fakes: list) -> None:
+def _check_mutated_inputs_do_not_alias(meta: GraphMeta, inputs: list) -> None:
+    """(On the real inputs: a symbolic world's fakes do not share storage as they do.)"""
     for i in meta.mutated:
-        for k, other in enumerate(fakes):
+        for k, other in enumerate(inputs):
             if k != i and isinstance(other, torch.Tensor):
-                if _storage(other) == _storage(fakes[i]):
+                if _storage(other) == _storage(inputs[i]):
                     raise AotUnsupported(
                         f"input {i} is mutated in place and shares memory with input {k}",
                         "pass separate tensors (clone one of them), or compile with "
@@ -189,6 +204,11 @@ def _check_mutated_inputs_do_not_alias(meta: GraphMeta, fakes: list) -> None:
 
 
 def _classify(j, o, flat, fakes, input_storages, node_of, meta: GraphMeta) -> OutputAlias:
+    if is_symbolic(o):
+        return OutputAlias("sym", value=o)
+    if isinstance(o, (torch.SymInt, torch.SymFloat, torch.SymBool)):  # a constant after all
+        plain = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(o)]
+        return OutputAlias("const", value=plain(o))
     if not isinstance(o, torch.Tensor):
         return OutputAlias("const", value=o)
     geometry = dict(

@@ -23,16 +23,23 @@ An `entry_store` (the backend's compiled-artifact cache) may give an entry inste
 pipeline: a new process then skips every pass above for a graph compiled before.
 
 A compiled callable holds one entry per (grad mode, which inputs require grad, non-tensor input
-values; for a graph capture made with dynamic sizes, the input shapes too, since the code
-generators compile for concrete sizes): the same graph called under `torch.no_grad()` compiles
-once more, forward only.
-Capture guards static shapes and dtypes, so they are not part of the key. When capture also guards
+values): the same graph called under `torch.no_grad()` compiles once more, forward only.
+Capture guards static shapes and dtypes, so they are not part of the key.
+
+Symbolic sizes. A graph capture made with dynamic sizes (placeholders carrying capture's fake
+tensors with SymInt sizes) is traced once, in capture's fake mode and shape environment
+(symbolic.py): its ATen graphs have symbolic sizes, so one entry serves every size. What a
+trace needs to know about the sizes (its hints are the sizes first seen) becomes a guard of the
+shape environment; each entry checks the guards AOT tracing added (`GuardedEntry`), and a call
+that fails them gets an entry traced for its own sizes (logged under `recompiles`), never a
+graph made for other sizes. When capture also guards
 everything the key is made of (`CaptureInfo.fixed_call_key`: every input a tensor whose
 requires_grad is guarded, and the grad mode), there is one entry and no key is computed per call:
 a model passes each parameter, and the key cost a pass over all of them.
 
 The compilers receive the graph and a list of fake tensors with its placeholders' shapes,
-strides, dtypes and devices (also in each placeholder's `meta["val"]`); they return a callable
+strides, dtypes and devices (also in each placeholder's `meta["val"]`; with symbolic sizes,
+fake tensors with SymInt sizes, and SymInts for the sizes a backward takes); they return a callable
 taking the graph's inputs positionally and returning its outputs as a tuple or list, or a
 boxed one (attribute `_boxed_call = True`) that takes the inputs as one list and may empty it
 to free each input when it is dead (backend.py's `eager_graph` does; the backward's saved
@@ -53,7 +60,8 @@ from .analyze import analyze
 from .attention_masks import simplify_attention_masks
 from .float_inputs import as_tensors, float_positions, make_tensor_inputs
 from .partition import Partition, partition_joint
-from .runtime import InferenceEntry, TrainingEntry, TrainingPlan
+from .runtime import InferenceEntry, SymbolicOutputs, TrainingEntry, TrainingPlan
+from .symbolic import FakeWorld, SizeReader, guards_since, symbolic_world
 from .tensor_scalars import rewrite_tensor_scalars
 from .tracing import trace_inference, trace_training
 
@@ -91,6 +99,8 @@ class AotCompiled:
         decompositions: dict,
         partition: str,
         fixed_call_key: bool = False,
+        world: FakeWorld | None = None,
+        guards_from: int = 0,
     ):
         self.gm = gm
         self.fw_compiler = fw_compiler
@@ -98,12 +108,18 @@ class AotCompiled:
         self.inference_compiler = inference_compiler
         self.decompositions = decompositions
         self.partition = partition
-        self.entries: dict[tuple, InferenceEntry | TrainingEntry] = {}
-        # a graph with dynamic sizes is compiled once per input shape (see `entry_key`)
-        self.dynamic = has_symbolic_sizes(gm)
+        self.entries: dict[tuple, Any] = {}
+        # symbolic sizes: capture's fake world; the shape environment's guards from index
+        # `guards_from` on are the ones AOT autograd added (capture checks those before)
+        self.world = world
+        self.reader = SizeReader(world.examples or []) if world is not None else None
+        self.guards_from = guards_from
+        # entries for calls a symbolic entry's guards refused, per (key, input shapes)
+        self.sized_entries: dict[tuple, Any] = {}
+        self.traces = 0  # AOT traces made (an entry each)
         # capture's guards fix the key (see the module doc): the one entry, once compiled
-        self.fixed_key = fixed_call_key and not self.dynamic
-        self.only: InferenceEntry | TrainingEntry | None = None
+        self.fixed_key = fixed_call_key
+        self.only: Any = None
         self.partitions: dict[tuple, Partition] = {}  # training entries' partition records
         self.float_inputs: list[int] = []  # float inputs passed as 0-d tensors
         # where compiled entries are kept across processes (EntryStore; None: nowhere)
@@ -125,22 +141,15 @@ class AotCompiled:
                 rg.append(t)
         return (torch.is_grad_enabled(), tuple(rg))
 
-    def entry_key(self, args) -> tuple:
-        """`key`, and for a graph with dynamic sizes the input shapes (`shape_key`)."""
-        key = self.key(args)
-        return (*key, shape_key(args)) if self.dynamic else key
-
     def __call__(self, *args: Any) -> Any:
         if self.float_inputs:  # (float_inputs.py)
             args = tuple(as_tensors(args, self.float_inputs))
         only = self.only
         if only is not None:
             return only(args)
-        key = self.entry_key(args)
+        key = self.key(args)
         entry = self.entries.get(key)
         if entry is None:
-            if self.dynamic and self.entries:
-                logs.log("recompiles", lambda: _specializing(args))
             entry = self.entries[key] = self._new_entry(list(args), key)
         if self.fixed_key:
             self.only = entry
@@ -150,7 +159,8 @@ class AotCompiled:
         """The entry for `key`: from `entry_store` when it has it (a warm start), else
         compiled, and then offered to the store."""
         store = self.entry_store
-        if store is None:
+        if store is None or self.world is not None:  # (a symbolic entry holds shape guards
+            # and size readers the store does not keep: it is traced in every process)
             return self._compile_entry(args, key)
         entry = store.load(self, args, key)
         if entry is None:
@@ -158,18 +168,57 @@ class AotCompiled:
             store.save(self, args, key, entry)
         return entry
 
+    def _compile_entry(self, args: list, key: tuple):
+        """The entry for `key`: symbolic (guarded by what its trace added) when the graph has
+        symbolic sizes, else traced for `args`' sizes."""
+        if self.world is None or self.reader is None:
+            return self._trace_entry(args, key, None)
+        env = self.world.shape_env
+        entry = self._trace_entry(args, key, self.world)
+        guards = guards_since(env, self.guards_from) if env is not None else []
+        if not guards:
+            return entry
+        unreadable = [g for g in guards if not self.reader.can_read(g)]
+        if unreadable:  # a fact about sizes no input shows: not checkable, so not used
+            logs.log(
+                "recompiles",
+                f"AOT autograd: shape guard {unreadable[0]} reads no input's size; this graph "
+                "is traced per input shape",
+            )
+            self.world = self.reader = None
+            return self._trace_entry(args, key, None)
+        text = " and ".join(self.reader.render(g) for g in guards)
+        logs.log("guards", f"AOT autograd added shape guards: {text}")
+        return GuardedEntry(entry, self.reader.check(guards), text, self, key)
+
+    def sized_entry(self, args: tuple, key: tuple, failed: str):
+        """The entry for a call a symbolic entry's guards (`failed`) refused: traced for its
+        sizes, kept per input shapes."""
+        skey = (key, shape_key(args))
+        entry = self.sized_entries.get(skey)
+        if entry is None:
+            logs.log(
+                "recompiles",
+                f"AOT autograd: shape guard {failed} fails for input shapes "
+                f"{list(skey[1])}; tracing for these sizes",
+            )
+            entry = self.sized_entries[skey] = self._trace_entry(list(args), key, None)
+        return entry
+
     @trace.timed("aot autograd")
     @paused_gc()  # the garbage collector waits until the entry is compiled (gc_pause.py)
-    def _compile_entry(self, args: list, key: tuple):
+    def _trace_entry(self, args: list, key: tuple, world: FakeWorld | None):
+        self.traces += 1
         grad_enabled = torch.is_grad_enabled()
-        meta = analyze(self.gm, args, grad_enabled)
+        meta = analyze(self.gm, args, grad_enabled, world)
+        outputs = SymbolicOutputs(meta, self.reader) if meta.symbolic and self.reader else None
         if not meta.needs_autograd:
-            fwd = trace_inference(self.gm, meta, args, grad_enabled, self.decompositions)
+            fwd = trace_inference(self.gm, meta, args, grad_enabled, self.decompositions, world)
             logs.log("aot_graphs", lambda: "inference graph:\n" + _readable(fwd.gm))
             compiled = self.inference_compiler(fwd.gm, _example_inputs(fwd.gm))
-            return InferenceEntry(meta, compiled, _all_tensors(args))
+            return InferenceEntry(meta, compiled, _all_tensors(args), outputs)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        joint = trace_training(self.gm, meta, args, grad_enabled, self.decompositions)
+        joint = trace_training(self.gm, meta, args, grad_enabled, self.decompositions, world)
         part = partition_joint(joint, self.partition)
         self.partitions[key] = part
         logs.log("aot_graphs", lambda: _describe_partition(part))
@@ -189,37 +238,31 @@ class AotCompiled:
             grad_present=part.grad_present,
             num_tensor_inputs=len(tensors),
             clone_saved=_saved_mutated_inputs(part, meta.mutated, args),
+            num_saved_sizes=len(part.saved_sizes),
         )
-        return TrainingEntry(meta, plan, _all_tensors(args))
+        return TrainingEntry(meta, plan, _all_tensors(args), outputs)
 
 
-def has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:
-    """Whether capture gave the graph dynamic sizes (placeholders whose example values have
-    symbolic sizes). kiln's code generators compile for concrete sizes, so such a graph gets
-    an entry per input shape: a new shape compiles again instead of reaching a compiled graph
-    that was made for another one."""
-    for n in gm.graph.find_nodes(op="placeholder"):
-        val = n.meta.get("example_value", n.meta.get("val"))
-        if isinstance(val, torch.Tensor) and any(
-            not isinstance(d, int) for d in (*val.shape, *val.stride())
-        ):
-            return True
-        if isinstance(val, torch.SymInt):
-            return True
-    return False
+class GuardedEntry:
+    """A symbolic entry and the shape guards its trace added: a call that fails them is
+    served by an entry traced for its own sizes (`AotCompiled.sized_entry`)."""
+
+    def __init__(self, entry, check, text: str, owner: AotCompiled, key: tuple) -> None:
+        self.entry = entry
+        self.check = check
+        self.text = text
+        self.owner = owner
+        self.key = key
+
+    def __call__(self, args) -> Any:
+        if self.check(args):
+            return self.entry(args)
+        return self.owner.sized_entry(args, self.key, self.text)(args)
 
 
 def shape_key(args) -> tuple:
-    """The shapes of a call's tensors: the part of a dynamic graph's entry key that capture's
-    guards leave open."""
+    """The shapes of a call's tensors (the key of entries traced for one call's sizes)."""
     return tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
-
-
-def _specializing(args) -> str:
-    return (
-        "a graph with dynamic sizes is compiled again for input shapes "
-        f"{list(shape_key(args))}: kiln's code generators compile for concrete sizes"
-    )
 
 
 def _all_tensors(args: list) -> bool:
@@ -276,6 +319,9 @@ def aot_compile(
     `entry_store`: where entries are looked up before compiling and kept after (EntryStore).
     The entry for `example_inputs` (under the current grad mode) is compiled right away.
     """
+    world = symbolic_world(gm)
+    env = world.shape_env if world is not None else None
+    guards_from = len(env.guards) if env is not None else 0  # (capture checks the ones before)
     floats = float_positions(gm, example_inputs)
     notes = simplify_attention_masks(gm) + make_tensor_inputs(gm, floats)
     for note in notes + rewrite_tensor_scalars(gm):
@@ -292,10 +338,12 @@ def aot_compile(
         decomps.default_decompositions() if decompositions is None else decompositions,
         partition,
         fixed_call_key,
+        world,
+        guards_from,
     )
     compiled.float_inputs = floats
     compiled.entry_store = entry_store
-    key = compiled.entry_key(example_inputs)
+    key = compiled.key(example_inputs)
     entry = compiled.entries[key] = compiled._new_entry(list(example_inputs), key)
     if compiled.fixed_key:  # calls after this one skip the key (the first may not come here)
         compiled.only = entry

@@ -16,6 +16,10 @@ Two strategies:
 - `"save_all"`: save every forward value the backward reads, as eager autograd does; kept for
   comparison (benchmarks/aot_partition.py) and as the fallback when no finite cut exists.
 
+Sizes (nodes whose value is a SymInt: `sym_size`, arithmetic on sizes) take no part in the
+cut: the backward gets each size it reads as an int the forward returns (`saved_sizes`),
+which costs nothing to keep, so a saved tensor never stands in for the size of another.
+
 A gradient that does not depend on any tangent is zero (gradients are linear in the tangents):
 such an input gets `None`, as in eager, where an unused parameter's `.grad` stays `None`.
 """
@@ -30,6 +34,7 @@ import torch.fx
 
 from ..lazy_graphs import LazyGraphModule
 from . import mincut
+from .symbolic import hint
 from .tracing import Joint
 
 aten = torch.ops.aten
@@ -104,15 +109,24 @@ def must_recompute(node: torch.fx.Node) -> bool:
 
 
 def value_bytes(node: torch.fx.Node) -> int:
-    """Memory that saving `node` keeps alive; `INF` for values that cannot be saved."""
+    """Memory that saving `node` keeps alive (at the sizes first seen, for symbolic sizes);
+    `INF` for values that cannot be saved."""
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         return mincut.INF
-    dense = val.numel() * val.element_size()
+    dense = hint(val.numel()) * val.element_size()
     try:
-        return min(dense, val.untyped_storage().nbytes())
+        return min(dense, hint(val.untyped_storage().nbytes()))
     except (NotImplementedError, RuntimeError):
         return dense
+
+
+def is_size(node: torch.fx.Node) -> bool:
+    """A node computing a size (a SymInt, SymFloat or SymBool), not a tensor."""
+    return node.op == "call_function" and isinstance(node.meta.get("val"), _SYM_TYPES)
+
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 @dataclass
@@ -126,6 +140,7 @@ class Partition:
     grad_present: list[bool]  # per differentiable input: does the backward return a gradient?
     strategy: str
     notes: list[str] = field(default_factory=list)
+    saved_sizes: list[str] = field(default_factory=list)  # ints the forward returns last
 
 
 def _fusible(node: torch.fx.Node) -> bool:
@@ -226,6 +241,8 @@ def partition_joint(joint: Joint, strategy: str = "min_cut") -> Partition:
     forward_nodes = [
         n for n in graph.nodes if n.op in ("placeholder", "call_function") and n not in tangent_dep
     ]
+    sizes = {n for n in forward_nodes if is_size(n)}
+    forward_nodes = [n for n in forward_nodes if n not in sizes]
     read_by_backward = {
         n
         for n in forward_nodes
@@ -260,8 +277,12 @@ def partition_joint(joint: Joint, strategy: str = "min_cut") -> Partition:
         saved = [n for n in forward_nodes if n in read_by_backward]
         strategy = "save_all"
 
-    fw = _forward_graph(joint.gm, primals, fw_outs, saved)
-    bw, recomputed = _backward_graph(joint.gm, saved, tangents, live_grads, tangent_dep)
+    reads = _ancestors(live_grads, stop={*saved, *tangents, *sizes})
+    saved_sizes = [n for n in graph.nodes if n in sizes and n in reads]
+    fw = _forward_graph(joint.gm, primals, fw_outs, [*saved, *saved_sizes])
+    bw, recomputed = _backward_graph(
+        joint.gm, saved, saved_sizes, tangents, live_grads, tangent_dep
+    )
     return Partition(
         fw=fw,
         bw=bw,
@@ -272,6 +293,7 @@ def partition_joint(joint: Joint, strategy: str = "min_cut") -> Partition:
         grad_present=grad_present,
         strategy=strategy,
         notes=notes,
+        saved_sizes=[n.name for n in saved_sizes],
     )
 
 
@@ -290,14 +312,15 @@ def _forward_graph(joint_gm, primals, fw_outs, saved) -> torch.fx.GraphModule:
     return LazyGraphModule(joint_gm, g, class_name="KilnForward")
 
 
-def _backward_graph(joint_gm, saved, tangents, live_grads, tangent_dep):
+def _backward_graph(joint_gm, saved, saved_sizes, tangents, live_grads, tangent_dep):
     """Backward nodes in the joint graph's order (the autograd engine's); each recomputed
     forward node is placed just before its first use, so recomputed values live briefly
-    instead of all being rebuilt, and held, at the start of the backward."""
-    needed = _ancestors(live_grads, stop=set(saved) | set(tangents))
+    instead of all being rebuilt, and held, at the start of the backward. Placeholders: the
+    saved tensors, the saved sizes, the tangents."""
+    needed = _ancestors(live_grads, stop={*saved, *saved_sizes, *tangents})
     g = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
-    for n in [*saved, *tangents]:
+    for n in [*saved, *saved_sizes, *tangents]:
         env[n] = g.placeholder(n.name)
         env[n].meta = dict(n.meta)
     recomputed = []

@@ -15,6 +15,10 @@ returned as aliases: an input itself, a view of an input, a view of another outp
 tensor twice. Views are rebuilt with `as_strided` on the real base, so `_base`, storage sharing
 and gradients through the view behave as in eager.
 
+With symbolic sizes, the forward also returns the sizes the backward reads (ints, kept on the
+autograd node beside the saved tensors), and an output that is a size, or a view whose
+geometry depends on sizes, is computed per call from the inputs' sizes (`SymbolicOutputs`).
+
 Double backward (`create_graph=True`) is refused in the backward with `DOUBLE_BACKWARD_MESSAGE`.
 """
 
@@ -28,6 +32,7 @@ from torch.utils import _pytree as pytree
 
 from .analyze import GraphMeta, OutputAlias
 from .errors import DOUBLE_BACKWARD_MESSAGE
+from .symbolic import SizeReader
 
 
 @dataclass
@@ -43,6 +48,7 @@ class TrainingPlan:
     grad_present: list[bool]  # per diff input: does the backward return one?
     num_tensor_inputs: int
     clone_saved: list[int]  # saved values that are inputs mutated later: saved as copies
+    num_saved_sizes: int = 0  # the forward's last outputs: ints the backward takes
 
 
 def call_compiled(fn: Callable, args: list):
@@ -59,10 +65,12 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx, plan: TrainingPlan, *tensors: torch.Tensor):
         outs = call_compiled(plan.fw, list(tensors))
         fw_outs = list(outs[: plan.num_fw_outputs])
-        saved = list(outs[plan.num_fw_outputs :])
+        end = len(outs) - plan.num_saved_sizes
+        saved = list(outs[plan.num_fw_outputs : end])
         for k in plan.clone_saved:
             saved[k] = saved[k].clone()
         ctx.save_for_backward(*saved)
+        ctx.saved_sizes = tuple(outs[end:])
         ctx.plan = plan
         ctx.mark_non_differentiable(*(fw_outs[j] for j in plan.non_diff_outputs))
         return tuple(fw_outs)
@@ -72,7 +80,11 @@ class CompiledFunction(torch.autograd.Function):
         if torch.is_grad_enabled():
             raise RuntimeError(DOUBLE_BACKWARD_MESSAGE)
         plan: TrainingPlan = ctx.plan
-        args = [*ctx.saved_tensors, *(grads[j].contiguous() for j in plan.diff_outputs)]
+        args = [
+            *ctx.saved_tensors,
+            *ctx.saved_sizes,
+            *(grads[j].contiguous() for j in plan.diff_outputs),
+        ]
         if hasattr(ctx, "maybe_clear_saved_tensors"):  # unless retain_graph: `args` holds them
             ctx.maybe_clear_saved_tensors()  # now, and a boxed graph frees each when it is dead
         del grads
@@ -88,10 +100,37 @@ def _tensors(args) -> list[torch.Tensor]:
     return [a for a in args if isinstance(a, torch.Tensor)]
 
 
-def _rebuild_view(base: torch.Tensor, alias: OutputAlias, offset: int) -> torch.Tensor:
+def _rebuild_view(base: torch.Tensor, alias: OutputAlias, geometry: tuple) -> torch.Tensor:
+    size, stride, offset = geometry
     src = base if base.dtype == alias.dtype else base.view(alias.dtype)
     with torch.set_grad_enabled(alias.requires_grad):
-        return src.as_strided(alias.size, alias.stride, offset)
+        return src.as_strided(size, stride, offset)
+
+
+class SymbolicOutputs:
+    """Per call, the values of the outputs that depend on symbolic sizes (`GraphMeta.symbolic`):
+    a size the graph returns, or the size, stride and offset of a view it returns; read from
+    the call's inputs by one compiled function (symbolic.py, `SizeReader`)."""
+
+    def __init__(self, meta: GraphMeta, reader: SizeReader) -> None:
+        values: list = []
+        self.spans: dict[int, tuple[int, int, int]] = {}  # output -> (start, ndim, kind)
+        for j in meta.symbolic:
+            alias = meta.outputs[j]
+            if alias.kind == "sym":
+                self.spans[j] = (len(values), 0, 0)
+                values.append(alias.value)
+            else:
+                self.spans[j] = (len(values), len(alias.size), 1)
+                values += [*alias.size, *alias.stride, alias.offset]
+        self.read = reader.compile(values, "symbolic_outputs")
+
+    def __call__(self, args) -> dict[int, Any]:
+        v = self.read(args)
+        out: dict[int, Any] = {}
+        for j, (k, nd, kind) in self.spans.items():
+            out[j] = v[k] if kind == 0 else (v[k : k + nd], v[k + nd : k + 2 * nd], v[k + 2 * nd])
+        return out
 
 
 def _write_back(meta: GraphMeta, args, new_values) -> None:
@@ -102,30 +141,39 @@ def _write_back(meta: GraphMeta, args, new_values) -> None:
             args[pos].copy_(value)
 
 
-def _assemble(meta: GraphMeta, args, fresh, bases) -> Any:
+def _assemble(meta: GraphMeta, args, fresh, bases, sym: dict[int, Any]) -> Any:
     flat: list[Any] = []
     fresh_it = iter(fresh)
-    for alias in meta.outputs:
+    for j, alias in enumerate(meta.outputs):
         if alias.kind == "fresh":
             flat.append(next(fresh_it))
         elif alias.kind == "const":
             flat.append(alias.value)
+        elif alias.kind == "sym":
+            flat.append(sym[j])
         elif alias.kind == "input":
             flat.append(args[alias.index])
         elif alias.kind == "input_view":
-            flat.append(_rebuild_view(args[alias.index], alias, alias.offset))
+            geometry = sym.get(j) or (alias.size, alias.stride, alias.offset)
+            flat.append(_rebuild_view(args[alias.index], alias, geometry))
         elif alias.kind == "dup":
             flat.append(flat[alias.index])
         else:  # base_view
             base = bases[meta.bases.index(alias.base)]
-            flat.append(_rebuild_view(base, alias, base.storage_offset() + alias.offset))
+            size, stride, offset = sym.get(j) or (alias.size, alias.stride, alias.offset)
+            geometry = (size, stride, base.storage_offset() + offset)
+            flat.append(_rebuild_view(base, alias, geometry))
     return pytree.tree_unflatten(flat, meta.out_spec)
 
 
-def _finish(meta: GraphMeta, args, outs) -> Any:
+_NO_SYMBOLS: dict[int, Any] = {}
+
+
+def _finish(meta: GraphMeta, args, outs, symbolic: SymbolicOutputs | None = None) -> Any:
     k, f = len(meta.mutated), sum(a.kind == "fresh" for a in meta.outputs)
     _write_back(meta, args, outs[:k])
-    result = _assemble(meta, args, outs[k : k + f], outs[k + f :])
+    sym = symbolic(args) if symbolic is not None else _NO_SYMBOLS
+    result = _assemble(meta, args, outs[k : k + f], outs[k + f :], sym)
     if meta.grad_mode_nodes:
         torch._C._set_grad_enabled(meta.final_grad_mode)
     return result
@@ -134,29 +182,43 @@ def _finish(meta: GraphMeta, args, outs) -> Any:
 class TrainingEntry:
     """Compiled forward + backward for one (grad mode, requires_grad pattern) of the inputs."""
 
-    def __init__(self, meta: GraphMeta, plan: TrainingPlan, tensor_only: bool = False):
+    def __init__(
+        self,
+        meta: GraphMeta,
+        plan: TrainingPlan,
+        tensor_only: bool = False,
+        symbolic: SymbolicOutputs | None = None,
+    ):
         self.meta = meta
         self.plan = plan
         self.tensor_only = tensor_only  # every input is a tensor: nothing to filter out
+        self.symbolic = symbolic
 
     def __call__(self, args) -> Any:
         with torch.enable_grad():
             tensors = args if self.tensor_only else _tensors(args)
             outs = CompiledFunction.apply(self.plan, *tensors)
-        return _finish(self.meta, args, outs)
+        return _finish(self.meta, args, outs, self.symbolic)
 
 
 class InferenceEntry:
     """One compiled forward graph; nothing in it needs a gradient."""
 
-    def __init__(self, meta: GraphMeta, forward: Callable, tensor_only: bool = False):
+    def __init__(
+        self,
+        meta: GraphMeta,
+        forward: Callable,
+        tensor_only: bool = False,
+        symbolic: SymbolicOutputs | None = None,
+    ):
         self.meta = meta
         self.forward = forward
         self.tensor_only = tensor_only  # every input is a tensor: nothing to filter out
+        self.symbolic = symbolic
 
     def __call__(self, args) -> Any:
         with torch.no_grad():
             # a fresh list either way: a boxed callable empties the one it is given
             tensors = list(args) if self.tensor_only else _tensors(args)
             outs = call_compiled(self.forward, tensors)
-        return _finish(self.meta, args, outs)
+        return _finish(self.meta, args, outs, self.symbolic)

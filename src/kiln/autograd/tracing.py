@@ -36,6 +36,7 @@ from torch.utils import _pytree as pytree
 from ..lazy_graphs import lazy_graph_modules
 from . import decomps
 from .analyze import GradModeInterpreter, GraphMeta
+from .symbolic import FakeWorld
 
 aten = torch.ops.aten
 
@@ -74,23 +75,31 @@ def has_recompute_marks(gm: torch.fx.GraphModule) -> bool:
     return any(n.meta.get("recompute") for n in gm.graph.nodes)
 
 
-def _trace(fn, args: list, mode: FakeTensorMode, decompositions: dict | None, marks=False):
+def _trace(
+    fn, args: list, mode: FakeTensorMode, decompositions: dict | None, marks=False, dispatch=False
+):
     """The traced graph, as a lazy GraphModule (lazy_graphs.py): the later stages read it.
     `marks`: the graph run by `fn` has checkpointing marks; make_fx copies them (FX's
-    preserved node meta) onto each ATen node traced while a marked node runs."""
-    try:
-        with mode, lazy_graph_modules(), _keep_meta(marks):
-            traced = make_fx(
-                functionalize(fn, remove="mutations"), decomposition_table=decompositions or {}
-            )(*args)
-    except RuntimeError as e:
-        if not _functorch_refused(e):
-            raise
-        with mode, lazy_graph_modules(), _keep_meta(marks):
-            traced = make_fx(
-                dispatch_functionalize(fn, FunctionalTensorMode()),
-                decomposition_table=decompositions or {},
-            )(*args)
+    preserved node meta) onto each ATen node traced while a marked node runs.
+    `dispatch`: functionalise with the dispatch mode from the start (symbolic sizes: functorch's
+    `functionalize` reads sizes as plain ints, which would pin every symbol to its hint)."""
+    if not dispatch:
+        try:
+            with mode, lazy_graph_modules(), _keep_meta(marks):
+                traced = make_fx(
+                    functionalize(fn, remove="mutations"),
+                    decomposition_table=decompositions or {},
+                )(*args)
+            _drop_input_copy_back(traced)
+            return traced
+        except RuntimeError as e:
+            if not _functorch_refused(e):
+                raise
+    with mode, lazy_graph_modules(), _keep_meta(marks):
+        traced = make_fx(
+            dispatch_functionalize(fn, FunctionalTensorMode()),
+            decomposition_table=decompositions or {},
+        )(*args)
     _drop_input_copy_back(traced)
     return traced
 
@@ -121,11 +130,6 @@ def _drop_input_copy_back(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
-def fake_args(mode: FakeTensorMode, inputs: list) -> list:
-    """Fake, detached copies of the tensor inputs: traced graphs take tensors only."""
-    return [mode.from_tensor(x.detach()) for x in inputs if isinstance(x, torch.Tensor)]
-
-
 def _with_constants(fn, inputs: list):
     """Non-tensor inputs are baked into the trace; the graph takes only the tensors."""
     tensor_pos = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
@@ -152,13 +156,24 @@ def _layout(meta: GraphMeta) -> dict:
 
 
 def trace_functional_forward(
-    gm: torch.fx.GraphModule, meta: GraphMeta, inputs: list, grad_enabled: bool
+    gm: torch.fx.GraphModule,
+    meta: GraphMeta,
+    inputs: list,
+    grad_enabled: bool,
+    world: FakeWorld | None = None,
 ) -> FunctionalForward:
     """Stage 1 of training: functional ATen forward, no decompositions, no-grad made explicit."""
-    mode = FakeTensorMode()
+    world = world or FakeWorld.static()
     body = _with_constants(_functional_body(gm, meta, grad_enabled, detach=True), inputs)
     repairs = decomps.functionalization_repairs()
-    traced = _trace(body, fake_args(mode, inputs), mode, repairs, has_recompute_marks(gm))
+    traced = _trace(
+        body,
+        world.tensor_fakes(inputs),
+        world.mode,
+        repairs,
+        has_recompute_marks(gm),
+        dispatch=world.symbolic,
+    )
     _keep_attention_logsumexp(traced)
     return FunctionalForward(traced, **_layout(meta))
 
@@ -192,11 +207,13 @@ def trace_inference(
     inputs: list,
     grad_enabled: bool,
     decompositions: dict,
+    world: FakeWorld | None = None,
 ) -> FunctionalForward:
     """The whole forward as one functional, decomposed ATen graph; no autograd."""
-    mode = FakeTensorMode()
+    world = world or FakeWorld.static()
     body = _with_constants(_functional_body(gm, meta, grad_enabled, detach=False), inputs)
-    traced = _trace(body, fake_args(mode, inputs), mode, decompositions)
+    fakes = world.tensor_fakes(inputs)
+    traced = _trace(body, fakes, world.mode, decompositions, dispatch=world.symbolic)
     return FunctionalForward(traced, **_layout(meta))
 
 
@@ -217,6 +234,7 @@ def trace_training(
     inputs: list,
     grad_enabled: bool,
     decompositions: dict,
+    world: FakeWorld | None = None,
 ) -> Joint:
     """The joint graph of a call that needs a backward. A graph that mutates none of its inputs
     is traced in one pass: `vjp` of the torch-level graph itself, under `functionalize`
@@ -225,36 +243,53 @@ def trace_training(
     functional first (`trace_functional_forward`, then `trace_joint`), because a primal of
     `vjp` may not be mutated. The one pass saves a whole trace of the forward (0.2-0.3 s of a
     six-layer GPT's cold compile on the H200 host)."""
+    world = world or FakeWorld.static()
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
     if meta.mutated:
-        fw = trace_functional_forward(gm, meta, inputs, grad_enabled)
-        return trace_joint(fw, tensors, decompositions)
+        fw = trace_functional_forward(gm, meta, inputs, grad_enabled, world)
+        return trace_joint(fw, inputs, decompositions, world)
     body = _with_constants(_functional_body(gm, meta, grad_enabled, detach=True), inputs)
     requires_grad = _layout(meta)["requires_grad"]
     marks = has_recompute_marks(gm)
-    return _trace_vjp(body, tensors, requires_grad, meta.value_specs, decompositions, marks)
+    primals = world.tensor_fakes(inputs)
+    return _trace_vjp(
+        body, tensors, primals, requires_grad, meta.value_specs, decompositions, world, marks
+    )
 
 
-def trace_joint(fw: FunctionalForward, tensor_inputs: list, decompositions: dict) -> Joint:
-    """Stage 2 of training: `vjp` of the functional forward, traced as one functional graph."""
+def trace_joint(
+    fw: FunctionalForward, inputs: list, decompositions: dict, world: FakeWorld | None = None
+) -> Joint:
+    """Stage 2 of training: `vjp` of the functional forward, traced as one functional graph.
+    `inputs`: the call's inputs (the forward takes their tensors)."""
+    world = world or FakeWorld.static()
     specs = [(v.shape, v.dtype, v.device) for v in _output_values(fw.gm)]
     marks = has_recompute_marks(fw.gm)
     # an Interpreter, not the graph's code, sets the node whose meta make_fx copies
     forward = (lambda *a: torch.fx.Interpreter(fw.gm).run(*a)) if marks else fw.gm
-    return _trace_vjp(forward, tensor_inputs, fw.requires_grad, specs, decompositions, marks)
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    primals = world.tensor_fakes(inputs)
+    return _trace_vjp(
+        forward, tensors, primals, fw.requires_grad, specs, decompositions, world, marks
+    )
 
 
 def _trace_vjp(
     forward,
     tensor_inputs: list,
+    primals: list,
     requires_grad: list[bool],
     specs: list,
     decompositions: dict,
+    world: FakeWorld,
     marks: bool = False,
 ) -> Joint:
     """`forward` (tensors in, its flat outputs out) and its `vjp`, traced as one functional graph:
     placeholders `primals_*` then `tangents_*` (one per output that requires grad, of the shape
-    `specs` gives), outputs the forward's then one gradient per input that requires grad."""
+    `specs` gives), outputs the forward's then one gradient per input that requires grad.
+    `primals`: fakes of `tensor_inputs` in `world`. With symbolic sizes the joint is traced with
+    `torch.autograd.grad` below a dispatch-mode functionalisation: functorch's `vjp` and
+    `functionalize` read sizes as plain ints (they would pin each symbol to its hint)."""
     diff_inputs = [i for i, x in enumerate(tensor_inputs) if x.requires_grad]
     diff_outputs = [j for j, rg in enumerate(requires_grad) if rg]
 
@@ -271,25 +306,29 @@ def _trace_vjp(
         grads = pullback(tuple(tangents))
         return (*outs, *grads)
 
-    mode = FakeTensorMode()
-    primals = fake_args(mode, tensor_inputs)
+    mode = world.mode
     with mode:
         tangents = [
             torch.empty(shape, dtype=dtype, device=device)
             for shape, dtype, device in (specs[j] for j in diff_outputs)
         ]
-    try:
-        traced = _trace(joint, [primals, tangents], mode, decompositions, marks)
-    except RuntimeError as e:
-        if not _functorch_refused(e):
-            raise
+    traced = None
+    if not world.symbolic:
+        try:
+            traced = _trace(joint, [primals, tangents], mode, decompositions, marks)
+        except RuntimeError as e:
+            if not _functorch_refused(e):
+                raise
+    if traced is None:
         traced = _trace_autograd(
-            forward, primals, tangents, diff_inputs, diff_outputs, mode, decompositions
+            forward, primals, tangents, diff_inputs, diff_outputs, mode, decompositions, marks
         )
     return Joint(traced, len(primals), len(requires_grad), diff_inputs, diff_outputs)
 
 
-def _trace_autograd(forward, primals, tangents, diff_inputs, diff_outputs, mode, decompositions):
+def _trace_autograd(
+    forward, primals, tangents, diff_inputs, diff_outputs, mode, decompositions, marks=False
+):
     """The joint graph by `torch.autograd.grad` on fake inputs that require grad, made
     functional by `FunctionalTensorMode` (a dispatch mode, below autograd): old-style
     autograd.Functions run their own forward and backward here as in eager."""
@@ -305,7 +344,7 @@ def _trace_autograd(forward, primals, tangents, diff_inputs, diff_outputs, mode,
         grads = torch.autograd.grad(diff, wrt, tangents, allow_unused=True) if diff else ()
         return (*[o.detach() for o in outs], *grads)
 
-    with mode, lazy_graph_modules():
+    with mode, lazy_graph_modules(), _keep_meta(marks):
         traced = make_fx(
             dispatch_functionalize(joint, FunctionalTensorMode()),
             decomposition_table=decompositions or {},

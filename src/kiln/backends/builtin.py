@@ -74,11 +74,12 @@ def _graph_compiler(info: CaptureInfo, checked: Iterable[int] = ()) -> Callable:
     """A graph compiler for AOT autograd: each ATen graph through the one pipeline, or on eager
     ATen kernels when the pipeline declines it or fails. `checked`: positions of the graph's
     inputs whose layouts capture's guards check on every call (a forward's inputs are the
-    captured tensors); the wrapper does not check them again."""
+    captured tensors); the wrapper does not check them again. A graph with symbolic sizes the
+    pipeline declines is compiled per size instead (specialize.py)."""
 
-    def compile_one(aten_gm: torch.fx.GraphModule, inputs: list) -> Callable:
+    def attempt(aten_gm: torch.fx.GraphModule, inputs: list) -> tuple[Callable | None, str]:
         # imported here: a warm start (warm.py) loads graphs without the pipeline's modules
-        from ..codegen import Declined, compile_graph, eager_callable
+        from ..codegen import Declined, compile_graph
 
         try:
             compiled = compile_graph(
@@ -86,18 +87,34 @@ def _graph_compiler(info: CaptureInfo, checked: Iterable[int] = ()) -> Callable:
             )
         except Exception as e:  # a codegen bug must cost speed, not correctness
             reason = f"{type(e).__name__}: {e}"
-            _fell_back(
-                info,
-                "code generation",
-                reason,
-                f"inductor: code generation failed ({reason}); this graph runs on eager ATen "
-                "kernels",
-            )
-            return eager_callable(aten_gm)
+            logs.log("perf_hints", f"inductor: code generation failed ({reason})")
+            return None, reason
         if isinstance(compiled, Declined):  # the pipeline logged why
-            _fell_back(info, "code generation", str(compiled), None)
-            return eager_callable(aten_gm)
-        return compiled
+            return None, str(compiled)
+        return compiled, ""
+
+    def compile_one(aten_gm: torch.fx.GraphModule, inputs: list) -> Callable:
+        from ..codegen import eager_callable
+        from .specialize import has_symbolic_placeholders, specialize_per_size
+
+        compiled, reason = attempt(aten_gm, inputs)
+        if compiled is not None:
+            return compiled
+        if has_symbolic_placeholders(aten_gm):
+            return specialize_per_size(
+                aten_gm,
+                reason,
+                attempt,
+                lambda what: _fell_back(
+                    info, "code generation per size", what, f"{info.label}: {what}"
+                ),
+                info.options.cache_size_limit,
+                info.label,
+            )
+        _fell_back(
+            info, "code generation", reason, "inductor: this graph runs on eager ATen kernels"
+        )
+        return eager_callable(aten_gm)
 
     return compile_one
 

@@ -320,9 +320,6 @@ class CompiledFunction:
             n.op in ("call_function", "call_method", "call_module") for n in graph.nodes
         )
         inputs = _input_exprs(tracer.placeholders, namer)
-        if tracer.dyn is not None:
-            for g in tracer.dyn.guards():
-                tracer.guards.add(g)
         compiled = None
         if has_compute:
             graph.output(tuple(rb.outputs))
@@ -356,6 +353,11 @@ class CompiledFunction:
                 )
             compiled = _first_call(compiled, gm)
             namer.bind("___graph", compiled)
+        if tracer.dyn is not None:
+            # read after the backend ran: the shape facts AOT autograd's trace added to the
+            # shape environment are guarded with capture's (as torch.compile's backends' are)
+            for g in tracer.dyn.guards():
+                tracer.guards.add(g)
         name = f"___entry_{len(self.entries)}"
         entry, source = build_entry(
             self.params,

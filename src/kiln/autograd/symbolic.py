@@ -1,0 +1,194 @@
+"""Symbolic sizes in AOT autograd: the fake world a graph is traced in, and sizes read at run time.
+
+Takes a captured graph whose placeholders carry capture's fake tensors with symbolic sizes
+(`meta["example_value"]`, fake tensors of capture's `FakeTensorMode` and its `ShapeEnv`); gives
+
+- `FakeWorld`: the fake mode a trace runs in and the fake inputs it traces with. A static
+  world is a fresh `FakeTensorMode` and fakes of the call's real tensors (concrete sizes); a
+  symbolic world is capture's own mode, and each input's fake has capture's symbols, so one
+  trace serves every size (the sizes first seen are the hints that decide what the trace
+  needs to know, and what it needs becomes a guard of the shape environment).
+- `SizeReader`: where each symbol lives in a call's inputs (`args[0].size(1)`, an int input),
+  and functions compiled from expressions over the symbols: the guards AOT tracing added
+  (`check(args) -> bool`) and values computed per call (a size the graph returns, the geometry
+  of an output that is a view).
+
+Why: AOT autograd traces once for all sizes; what the trace relied on that capture had not
+already checked must be checked on every call, or a size that breaks it would get a graph that
+was made for another (a wrong result, not a slow one).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import sympy
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.utils._sympy.printers import PythonPrinter
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def is_symbolic(value: Any) -> bool:
+    """A SymInt/SymFloat/SymBool whose value depends on a symbol (not a constant)."""
+    return isinstance(value, _SYM_TYPES) and bool(value.node.expr.free_symbols)
+
+
+def tensor_is_symbolic(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and any(
+        not isinstance(s, int) for s in (*t.shape, *t.stride(), t.storage_offset())
+    )
+
+
+def _example(node: torch.fx.Node) -> Any:
+    return node.meta.get("example_value", node.meta.get("val"))
+
+
+class FakeWorld:
+    """The fake mode of one trace and the fake inputs it takes (see the module doc)."""
+
+    def __init__(self, mode: FakeTensorMode, examples: list | None = None) -> None:
+        self.mode = mode
+        self.examples = examples  # per input: capture's fake (symbolic world) or None
+        self.symbolic = examples is not None
+
+    @classmethod
+    def static(cls) -> "FakeWorld":
+        return cls(FakeTensorMode())
+
+    @property
+    def shape_env(self) -> ShapeEnv | None:
+        return self.mode.shape_env
+
+    def _fake(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        ev = self.examples[i] if self.examples is not None else None
+        if isinstance(ev, FakeTensor) and ev.fake_mode is self.mode:
+            # capture's fake: its sizes, strides and offset are the symbols (or the constants)
+            # every later call is checked against; a detached alias is a fresh leaf
+            return ev.detach()
+        return self.mode.from_tensor(x.detach(), static_shapes=True)
+
+    def tensor_fakes(self, inputs: list) -> list:
+        """Detached fakes of the tensor inputs (traced graphs take tensors only)."""
+        if not self.symbolic:
+            return [
+                self.mode.from_tensor(x.detach()) for x in inputs if isinstance(x, torch.Tensor)
+            ]
+        return [self._fake(i, x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+
+    def input_fakes(self, inputs: list) -> list:
+        """Fakes of every input (non-tensors as they are) with the call's requires_grad and
+        leaf-ness: what a fake run of the captured graph takes (analyze.py)."""
+        if not self.symbolic:
+            return [self.mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+        out = []
+        for i, x in enumerate(inputs):
+            if not isinstance(x, torch.Tensor):
+                out.append(x)
+                continue
+            f = self._fake(i, x)
+            if x.requires_grad:
+                f.requires_grad_(True)
+                if x.grad_fn is not None:  # a non-leaf input stays one (in-place ops on it
+                    with self.mode, torch.enable_grad():  # are recorded, not refused)
+                        f = f.clone()
+            out.append(f)
+        return out
+
+
+def symbolic_world(gm: torch.fx.GraphModule) -> FakeWorld | None:
+    """Capture's fake world, if `gm`'s placeholders carry fake tensors with symbolic sizes (or
+    symbolic ints) of one shape environment; else None (the graph is traced per call's sizes)."""
+    examples = [_example(n) for n in gm.graph.find_nodes(op="placeholder")]
+    mode = None
+    for ev in examples:
+        if isinstance(ev, FakeTensor) and tensor_is_symbolic(ev) and ev.fake_mode.shape_env:
+            mode = ev.fake_mode
+            break
+    if mode is None:
+        return None
+    return FakeWorld(mode, examples)
+
+
+def guards_since(shape_env: ShapeEnv, start: int) -> list[sympy.Basic]:
+    """The guards of `shape_env` added after the first `start`, less repeats of earlier ones
+    and constants (True)."""
+    seen = {g.expr for g in shape_env.guards[:start]}
+    out: list[sympy.Basic] = []
+    for g in shape_env.guards[start:]:
+        expr = shape_env.simplify(g.expr)
+        if expr in seen or expr == sympy.true or not expr.free_symbols:
+            continue
+        seen.add(expr)
+        out.append(expr)
+    return out
+
+
+class SizeReader:
+    """Where each symbol of a symbolic world's inputs is found in a call's arguments, and
+    Python functions over them. `args` are the call's flat inputs, in placeholder order."""
+
+    def __init__(self, examples: list) -> None:
+        self.names: dict[sympy.Symbol, sympy.Symbol] = {}
+        for i, ev in enumerate(examples):
+            if isinstance(ev, torch.Tensor):
+                for d, s in enumerate(ev.shape):
+                    self._locate(s, f"a[{i}].size({d})")
+                for d, s in enumerate(ev.stride()):
+                    self._locate(s, f"a[{i}].stride({d})")
+                self._locate(ev.storage_offset(), f"a[{i}].storage_offset()")
+            else:
+                self._locate(ev, f"a[{i}]")
+        self._printer = PythonPrinter()
+
+    def _locate(self, value: Any, where: str) -> None:
+        if isinstance(value, torch.SymInt):
+            expr = value.node.expr
+            if isinstance(expr, sympy.Symbol) and expr not in self.names:
+                self.names[expr] = sympy.Symbol(where)
+
+    def can_read(self, expr: sympy.Basic) -> bool:
+        return all(s in self.names for s in expr.free_symbols)
+
+    def render(self, expr: Any) -> str:
+        if isinstance(expr, _SYM_TYPES):
+            expr = expr.node.expr
+        return self._printer.doprint(sympy.sympify(expr).xreplace(self.names))
+
+    def compile(self, values: list, name: str) -> Callable[[Any], tuple]:
+        """`fn(args) -> tuple` of `values` (SymInts, SymFloats, SymBools or constants) for the
+        call `args`, as plain numbers."""
+        parts = []
+        for v in values:
+            conv = "float" if isinstance(v, (float, torch.SymFloat)) else "int"
+            if isinstance(v, (bool, torch.SymBool)):
+                conv = "bool"
+            parts.append(f"{conv}({self.render(v)})")
+        body = "".join(f"{p}, " for p in parts)
+        return _compile(f"def {name}(a):\n    return ({body})", name)
+
+    def check(self, exprs: list) -> Callable[[Any], bool]:
+        """`fn(args) -> bool`: every guard holds for the call `args`."""
+        body = " and ".join(f"({self.render(e)})" for e in exprs) or "True"
+        return _compile(f"def shape_guards(a):\n    return bool({body})", "shape_guards")
+
+
+def _compile(source: str, name: str) -> Callable:
+    scope: dict[str, Any] = {"max": max, "min": min, "abs": abs, "math": math}
+    exec(compile(source, f"<kiln aot {name}>", "exec"), scope)
+    return scope[name]
+
+
+def hint(value: Any) -> int:
+    """A size's value at the sizes first seen (the shape environment's hint)."""
+    if isinstance(value, torch.SymInt):
+        node = value.node
+        known = node.hint if node.has_hint() else None
+        if known is None:  # (an expression over symbols that have hints)
+            known = node.shape_env.size_hint(node.expr)
+        return int(known)
+    return int(value)
