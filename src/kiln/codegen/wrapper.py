@@ -8,6 +8,11 @@ differently shaped one is an error), then runs the steps in order: `Alloc` ->
 `torch.empty_strided` (or a view of a dead buffer's storage), `Kernel` -> a `ctypes` call with
 data pointers, `ExternCall` -> the ATen op, `Alias` -> `as_strided`, `Free` -> `del`.
 
+Symbolic sizes (lower/symbolic.py): the program first binds each size symbol from the call's
+arguments (`s0 = arg0.size(1)`, or an integer argument), then checks, allocates and passes
+sizes as Python expressions over them (`_empty((2*s0, 16), (16, 1), ...)`, `kernel0(..., s0)`),
+so one program serves every size.
+
 Why it exists: the one place the whole compiled graph is readable as code — what
 `KILN_LOGS=output_code` prints, next to the C++ source.
 """
@@ -16,9 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import sympy
 import torch
 
-from ..lower.indexing import index_vars, linearize
+from ..lower import GraphUnsupported
+from ..lower.indexing import IndexPrinter, index_vars, linearize
 from ..lower.ir import (
     BufRef,
     Extern,
@@ -38,9 +45,59 @@ class WrapperProgram:
     externs: dict  # namespace name -> OpOverload
 
 
+class _PyPrinter(IndexPrinter):
+    """Size expressions as Python (the wrapper computes sizes from the symbols it binds)."""
+
+    for_whom = " in the wrapper"
+
+    def floordiv(self, a: str, b: str) -> str:
+        return f"{a}//{b}"
+
+    def minmax(self, is_min: bool, a: str, b: str) -> str:
+        return f"{'min' if is_min else 'max'}({a}, {b})"
+
+
+_PY = _PyPrinter()
+
+
+def py_expr(value) -> str:
+    """An int or a size expression as Python source over the bound size symbols."""
+    if isinstance(value, int):
+        return str(int(value))
+    return _PY.doprint(value)
+
+
 def _tuple(values) -> str:
-    values = [str(int(v)) for v in values]
+    values = [py_expr(v) for v in values]
     return "(" + ", ".join(values) + ("," if len(values) == 1 else "") + ")"
+
+
+def bind_sizes(graph, nodes: dict) -> list[str]:
+    """Lines binding each size symbol of a symbolic graph from the call's arguments: an integer
+    input that is the symbol, else the first input dimension (then stride) that is exactly it.
+    A symbol no argument gives alone (only `2*s0` is seen) is a refusal, with the reason."""
+    symbols: set = set()
+    sources: dict = {}
+    for name, value in graph.scalars.items():
+        if isinstance(value, sympy.Basic):
+            symbols |= value.free_symbols
+            if value.is_Symbol:
+                sources.setdefault(value, name)
+    for attr in ("size", "stride"):
+        for name in graph.inputs:
+            lay = nodes[name].layout
+            for d, v in enumerate(getattr(lay, attr)):
+                if isinstance(v, sympy.Basic):
+                    symbols |= v.free_symbols
+                    if v.is_Symbol:
+                        sources.setdefault(v, f"{name}.{attr}({d})")
+    missing = sorted(str(s) for s in symbols - set(sources))
+    if missing:
+        raise GraphUnsupported(
+            f"size symbols {', '.join(missing)} are not a size, stride or integer input of "
+            "their own, so the wrapper cannot read them from the arguments"
+        )
+    return [f"    {s} = {src}" for s, src in sorted(sources.items(), key=lambda kv: str(kv[0]))]
 
 
 def strides_differ(name: str, size, stride) -> str | None:
@@ -64,6 +121,8 @@ def _dtype(dtype: torch.dtype) -> str:
 def _arg(value) -> str:
     if isinstance(value, BufRef):
         return value.name
+    if isinstance(value, sympy.Basic):  # a symbolic size argument
+        return py_expr(value)
     if isinstance(value, list):
         return "[" + ", ".join(_arg(v) for v in value) + "]"
     if isinstance(value, tuple):
@@ -132,12 +191,16 @@ def render_wrapper(
     kernel_params: dict[str, tuple[str, ...]],
     checked=frozenset(),
     out_variants=None,
+    kernel_sizes: dict[str, tuple[str, ...]] | None = None,
 ) -> WrapperProgram:
     """The C++ device's wrapper. `out_variants`: the device's `Capabilities.out_variants`, the
     extern ops called with `out=` into the buffer the memory plan gave them."""
     graph = sched.graph
     nodes = graph.node_map()
-    lines = boxed_header(graph.inputs) + input_checks(graph.inputs, nodes, checked)
+    lines = boxed_header(graph.args)
+    if graph.symbolic:
+        lines += bind_sizes(graph, nodes)
+    lines += input_checks(graph.inputs, nodes, checked)
     lines.extend(_arena_header(sched, nodes))
     kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
     read_by_kernel = indexed_by_layout(sched, nodes, kernel_params.values())
@@ -160,7 +223,8 @@ def render_wrapper(
                 dtype = _dtype(node_dtype(node))
                 lines.append(f"    {step.name} = _empty({size}, {stride}, {dtype})")
         elif isinstance(step, Kernel):
-            ptrs = ", ".join(f"{p}.data_ptr()" for p in kernel_params[step.name])
+            sizes = (kernel_sizes or {}).get(step.name, ())
+            ptrs = ", ".join([f"{p}.data_ptr()" for p in kernel_params[step.name]] + list(sizes))
             members = ", ".join(m.name for m in step.members)
             lines.append(f"    {step.name}({ptrs})  # {members}")
         elif isinstance(step, ExternCall):
@@ -183,7 +247,7 @@ def render_wrapper(
             lines.append(f"    del {step.name}")
     if sched.arena.nbytes:
         lines.append("    _arenas.append(_arena)")
-    outs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
+    outs = [o if isinstance(o, str) else _arg(o) for o in graph.outputs]
     lines.append(f"    return ({''.join(o + ', ' for o in outs)})")
     return WrapperProgram("\n".join(lines) + "\n", externs)
 
@@ -230,13 +294,15 @@ def _alias(view: View, nodes: dict) -> str:
         lay_stride, lay_offset = base.layout.stride, 0
     else:
         lay_stride, lay_offset = base.layout.stride, base.layout.offset
-    from ..lower.indexing import affine_coefficients
+    from ..lower.indexing import affine_coefficients, symbolic_affine
 
-    coeffs, const = affine_coefficients(linearize(view.index, lay_stride), vs)
+    pos = linearize(view.index, lay_stride)
+    form = symbolic_affine(pos, vs) if pos.free_symbols - set(vs) else None
+    coeffs, const = form if form is not None else affine_coefficients(pos, vs)
     strides = [c if s != 1 else 0 for c, s in zip(coeffs, view.size)]
     rel = const  # offsets relative to the base tensor's own storage offset
     del lay_offset
     head = f"_as_strided({view.base}, {_tuple(view.size)}, {_tuple(strides)}"
     if rel == 0:  # torch.as_strided keeps the base's own storage offset when given none
         return head + ")"
-    return head + f", {view.base}.storage_offset() + {rel})"
+    return head + f", {view.base}.storage_offset() + {py_expr(rel)})"

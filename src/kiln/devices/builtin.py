@@ -37,6 +37,7 @@ CPU = Device(
             }
         ),
         arena=True,
+        symbolic_sizes=True,
     ),
     rewrites=(
         "functionalize_restrides",

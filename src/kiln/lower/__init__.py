@@ -8,7 +8,8 @@ Files: ir.py (the nodes), indexing.py (index arithmetic and its printer), ops.py
 op vocabulary), registry.py (the self-checking lowering registry), context.py (what lowerings
 use), pointwise.py / reductions.py / views.py / indirect.py (the lowerings; indirect.py's read
 at indices loaded from memory), cse.py (calls that repeat earlier ones, merged before lowering),
-graph.py (the walk over the FX graph), verify.py (the IR verifier).
+graph.py (the walk over the FX graph), verify.py (the IR verifier), symbolic.py (SymInt sizes
+as expressions) and hints.py (the sizes first seen, for speed-only decisions).
 """
 
 from . import indirect, pointwise, pooling, reductions, views  # noqa: F401  (the lowerings)

@@ -390,6 +390,8 @@ class IndexPrinter:
             return out
         if e.is_Mul:
             return "*".join(self.paren(a) for a in e.args)
+        if e.is_Pow and e.exp.is_Integer and e.exp > 0:  # s0**2: a product of symbolic sizes
+            return "*".join([self.paren(e.base)] * int(e.exp))
         if isinstance(e, FloorDiv):
             return self.floordiv(self.paren(e.args[0]), self.paren(e.args[1]))
         if isinstance(e, ModularIndexing):

@@ -92,6 +92,8 @@ def _translate(e: sympy.Basic) -> sympy.Basic:
     args = [_translate(a) for a in e.args]
     if isinstance(e, tf.FloorDiv) or type(e).__name__ in ("CleanDiv", "IntTrueDiv_exact"):
         return FloorDiv(args[0], args[1])
+    if isinstance(e, (FloorDiv, ModularIndexing)):  # kiln's own (converted before)
+        return type(e)(*args)
     if isinstance(e, tf.ModularIndexing):
         base, div, mod = args
         return ModularIndexing(FloorDiv(base, div), mod)

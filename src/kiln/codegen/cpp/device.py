@@ -39,7 +39,8 @@ class CppCodeGen:
 
     def wrap(self, sched, kernels: CppModule, checked_inputs, capabilities) -> WrapperProgram:
         params = {k.name: k.params for k in kernels.kernels}
-        return render_wrapper(sched, params, checked_inputs, capabilities.out_variants)
+        sizes = {k.name: k.sizes for k in kernels.kernels if k.sizes}
+        return render_wrapper(sched, params, checked_inputs, capabilities.out_variants, sizes)
 
     def loadable(self, kernels: CppModule, wrapper: WrapperProgram, sched, example_inputs):
         """The build as data (load.py loads it); None when an extern is not an ATen overload
@@ -59,7 +60,8 @@ LOADER = "kiln.codegen.cpp.load:load"
 def _data(kernels: CppModule, wrapper: WrapperProgram, sched, externs: dict) -> dict:
     return {
         "source": kernels.source,
-        "kernels": {k.name: len(k.params) for k in kernels.kernels},
+        # sizes go as pointer-sized integers (int64_t on the C side): same registers, same ABI
+        "kernels": {k.name: len(k.params) + len(k.sizes) for k in kernels.kernels},
         "wrapper": wrapper.source,
         "externs": externs,
         "constants": dict(sched.graph.constants),

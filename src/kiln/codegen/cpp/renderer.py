@@ -14,12 +14,18 @@ for element (softmax's `exp(x - max)`) is kept in that member's output row inste
 storage offset. An index read from memory (`Indirect`) is loaded into an int64 variable,
 clamped into its dimension, before the load that uses it.
 
+Symbolic sizes: a kernel whose loops or indices use size symbols takes them as `int64_t`
+arguments after its buffers (`CppKernel.sizes`); its loops have runtime bounds (the `omp simd`
+loops vectorize with a scalar tail for any length), and whether threads start is an OpenMP
+`if` clause on the call's sizes. Static kernels are rendered exactly as before.
+
 Why it exists: the renderer half of the cpu device (STYLE.md item 5); it knows C++ syntax and
 nothing about building or running.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import sympy
@@ -47,6 +53,7 @@ from ...lower.ir import (
     walk,
 )
 from ...lower.ops import costly_count
+from ...lower.symbolic import hint, is_symbolic, using_hints
 from ...schedule import Kernel, Schedule
 from .ops import (
     CTYPES,
@@ -69,6 +76,7 @@ class CppKernel:
     name: str
     params: tuple[str, ...]  # buffer names, in argument order
     source: str
+    sizes: tuple[str, ...] = ()  # size symbols passed after the buffers (symbolic sizes)
 
 
 @dataclass(frozen=True)
@@ -100,7 +108,7 @@ class _Body:
                 var = f"t{self.k.next_id()}"
                 self.lines.append(
                     f"{self.indent}const int64_t {var} = "
-                    f"{fn}(static_cast<int64_t>({value}), {a.size});"
+                    f"{fn}(static_cast<int64_t>({value}), {sympy_str(a.size)});"
                 )
                 self.indirect[a] = sympy.Symbol(var, integer=True, nonnegative=True)
             sub[a] = self.indirect[a]
@@ -195,7 +203,7 @@ def _reduction(k: _KernelContext, node: Reduction, lines: list[str], ind: str) -
         lines.append(
             f"{ind}#pragma omp simd reduction({node.reduce_type}:{acc}) reduction(|:{acc}_nan)"
         )
-    lines.append(f"{ind}for (int64_t r = 0; r < {k.kernel.inner}; ++r) {{")
+    lines.append(f"{ind}for (int64_t r = 0; r < {sympy_str(k.kernel.inner)}; ++r) {{")
     inner = ind + "  "
     _bind(lines, inner, index_vars(len(node.size)), node.size, _X)
     _bind(lines, inner, reduce_vars(len(node.reduce_size)), node.reduce_size, _R)
@@ -255,7 +263,7 @@ def _inner_loop(
         lines.append(f"{ind}  const int64_t r = ro * {tail} + ri;")
     else:
         lines.append(f"{ind}{pragma}")
-        lines.append(f"{ind}for (int64_t r = {start}; r < {end}; ++r) {{")
+        lines.append(f"{ind}for (int64_t r = {start}; r < {sympy_str(end)}; ++r) {{")
     inner = ind + "  "
     for m in members:
         node = k.nodes[m.name]
@@ -310,7 +318,9 @@ def _tail(k: _KernelContext, members) -> int | None:
     if split >= len(size) - 1 or any(m.per_row for m in members):
         return None
     last = size[-1]
-    if not isinstance(last, int) or last < TAIL_MIN or k.kernel.inner % last:
+    if not isinstance(last, int) or is_symbolic(k.kernel.inner):
+        return None
+    if last < TAIL_MIN or k.kernel.inner % last:
         return None
     return last
 
@@ -319,7 +329,7 @@ def _pieces(k: _KernelContext, group) -> list | None:
     """A member that picks its value by position along the row (`cat` along the last dim:
     `where(i2 < 256, a, where(i2 < 512, b, c))`) as (start, end, body) per piece, so each
     piece is a plain loop with no select and only its own loads; None for any other member."""
-    if len(group) != 1 or group[0].name in k.preset:
+    if len(group) != 1 or group[0].name in k.preset or is_symbolic(k.kernel.inner):
         return None
     (m,) = group
     node = k.nodes[m.name]
@@ -379,15 +389,54 @@ def _within(expr, var, lo: int, hi: int):
     return map_indices(expr, index)
 
 
+def _at_least(value, n: int) -> bool | str:
+    """`value >= n`: a bool for a static size, else the C condition for the kernel to test (an
+    OpenMP `if` clause: threads start only for sizes that pay for them)."""
+    if not is_symbolic(value):
+        return value >= n
+    return f"{sympy_str(value)} >= {n}"
+
+
+def _omp_if(cond: bool | str) -> str:
+    return f" if({cond})" if isinstance(cond, str) else ""
+
+
+def _size_params(lines: list[str]) -> tuple[str, ...]:
+    """The size symbols (`s0`, `s17`) a kernel's text uses: its `int64_t` arguments."""
+    found: set[str] = set()
+    for line in lines:
+        found.update(_SIZE_NAME.findall(line))
+    return tuple(sorted(found, key=lambda n: (len(n), n)))
+
+
+_SIZE_NAME = re.compile(r"\bs\d+\b")
+
+
+def _signature(k: _KernelContext, nodes: dict, params: tuple, sizes: tuple) -> str:
+    sig = [
+        f"{'' if k.params[p] else 'const '}{CTYPES[_dtype(nodes[p])]}* __restrict__ {p}"
+        for p in params
+    ]
+    return ", ".join(sig + [f"const int64_t {s}" for s in sizes])
+
+
 def render_kernel(kernel: Kernel, nodes: dict) -> CppKernel:
     k = _KernelContext(kernel, nodes)
     body: list[str] = []
     ind = "    "
     numel = kernel.outer * kernel.inner
-    parallel_rows = kernel.outer > 1 and numel >= PARALLEL_MIN_ELEMENTS
     only_inner = all(isinstance(nodes[m.name], Pointwise) and not m.per_row for m in kernel.members)
-    flat_parallel = kernel.outer == 1 and only_inner and numel >= PARALLEL_MIN_ELEMENTS
-    if _is_column_kernel(kernel, nodes):
+    if is_symbolic(numel):
+        # Runtime sizes: parallel when the call's sizes pay for it (OpenMP `if`), decided per
+        # call; rows of a row kernel may be 1 only for some sizes (then the `if` keeps it serial)
+        parallel_rows = _at_least(numel, PARALLEL_MIN_ELEMENTS) if kernel.outer != 1 else False
+        flat_parallel = kernel.outer == 1 and only_inner and _at_least(numel, PARALLEL_MIN_ELEMENTS)
+        if _is_column_kernel(kernel, nodes):
+            return _render_columns(k, parallel_rows)
+    else:
+        parallel_rows = kernel.outer > 1 and numel >= PARALLEL_MIN_ELEMENTS
+        flat_parallel = kernel.outer == 1 and only_inner and numel >= PARALLEL_MIN_ELEMENTS
+    if not is_symbolic(numel) and _is_column_kernel(kernel, nodes):
         return _render_columns(k, parallel_rows)
     members = list(kernel.members)
     while members:
@@ -404,22 +453,20 @@ def render_kernel(kernel: Kernel, nodes: dict) -> CppKernel:
             ):
                 group.append(members.pop(0))
             pragma = "#pragma omp parallel for simd" if flat_parallel else "#pragma omp simd"
+            pragma += _omp_if(flat_parallel)
             pieces = _pieces(k, group)
             for piece in pieces or [None]:
                 _inner_loop(k, group, body, ind, pragma, piece)
     params = tuple(k.params)
-    sig = ", ".join(
-        f"{'' if k.params[p] else 'const '}{CTYPES[_dtype(nodes[p])]}* __restrict__ {p}"
-        for p in params
-    )
-    lines = [f'extern "C" void {kernel.name}({sig}) {{']
+    loop = [f"  for (int64_t x = 0; x < {sympy_str(kernel.outer)}; ++x) {{", *body]
+    sizes = _size_params(loop)
+    lines = [f'extern "C" void {kernel.name}({_signature(k, nodes, params, sizes)}) {{']
     if parallel_rows:
-        lines.append("  #pragma omp parallel for")
-    lines.append(f"  for (int64_t x = 0; x < {kernel.outer}; ++x) {{")
-    lines.extend(body)
+        lines.append("  #pragma omp parallel for" + _omp_if(parallel_rows))
+    lines.extend(loop)
     lines.append("  }")
     lines.append("}")
-    return CppKernel(kernel.name, params, "\n".join(lines))
+    return CppKernel(kernel.name, params, "\n".join(lines), sizes)
 
 
 def _dtype(node):
@@ -465,7 +512,7 @@ def _is_column_kernel(kernel: Kernel, nodes: dict) -> bool:
     per-token mean and rstd in its weight gradient) and cost nothing in that layout."""
     k = _KernelContext(kernel, nodes)
     reds = [nodes[m.name] for m in kernel.members if isinstance(nodes[m.name], Reduction)]
-    if not reds or kernel.outer < 8 or kernel.inner < 2:
+    if not reds or hint(kernel.outer) < 8 or hint(kernel.inner) < 2:  # speed only: hints
         return False
     if any(not m.per_row for m in kernel.members if isinstance(nodes[m.name], Pointwise)):
         return False
@@ -480,19 +527,20 @@ def _is_column_kernel(kernel: Kernel, nodes: dict) -> bool:
     return True
 
 
-def _render_columns(k: _KernelContext, parallel: bool) -> CppKernel:
+def _render_columns(k: _KernelContext, parallel: bool | str) -> CppKernel:
     kernel, nodes, B = k.kernel, k.nodes, COLUMN_BLOCK
     reds = [m for m in kernel.members if isinstance(nodes[m.name], Reduction)]
     body: list[str] = []
     ind = "    "
-    body.append(f"{ind}const int64_t xe = xb + {B} < {kernel.outer} ? xb + {B} : {kernel.outer};")
+    outer, inner_n = sympy_str(kernel.outer), sympy_str(kernel.inner)
+    body.append(f"{ind}const int64_t xe = xb + {B} < {outer} ? xb + {B} : {outer};")
     C = COLUMN_CHUNK
     for m in reds:  # a total and a chunk's partial sum per column, in double: summed in
         # order, a column's rounding error grows with its length (eager sums pairwise)
         body.append(f"{ind}double acc_{m.name}[{B}], part_{m.name}[{B}];")
         body.append(f"{ind}for (int64_t x = xb; x < xe; ++x) acc_{m.name}[x - xb] = 0;")
-    body.append(f"{ind}for (int64_t rb = 0; rb < {kernel.inner}; rb += {C}) {{")
-    body.append(f"{ind}  const int64_t re = rb + {C} < {kernel.inner} ? rb + {C} : {kernel.inner};")
+    body.append(f"{ind}for (int64_t rb = 0; rb < {inner_n}; rb += {C}) {{")
+    body.append(f"{ind}  const int64_t re = rb + {C} < {inner_n} ? rb + {C} : {inner_n};")
     for m in reds:
         body.append(f"{ind}  for (int64_t x = xb; x < xe; ++x) part_{m.name}[x - xb] = 0;")
     body.append(f"{ind}  for (int64_t r = rb; r < re; ++r) {{")
@@ -524,24 +572,22 @@ def _render_columns(k: _KernelContext, parallel: bool) -> CppKernel:
             _per_row(k, node, body, ind + "  ")
     body.append(f"{ind}}}")
     params = tuple(k.params)
-    sig = ", ".join(
-        f"{'' if k.params[p] else 'const '}{CTYPES[_dtype(nodes[p])]}* __restrict__ {p}"
-        for p in params
-    )
-    lines = [f'extern "C" void {kernel.name}({sig}) {{']
+    loop = [f"  for (int64_t xb = 0; xb < {outer}; xb += {B}) {{", *body]
+    sizes = _size_params(loop)
+    lines = [f'extern "C" void {kernel.name}({_signature(k, nodes, params, sizes)}) {{']
     if parallel:
-        lines.append("  #pragma omp parallel for")
-    lines.append(f"  for (int64_t xb = 0; xb < {kernel.outer}; xb += {B}) {{")
-    lines.extend(body)
+        lines.append("  #pragma omp parallel for" + _omp_if(parallel))
+    lines.extend(loop)
     lines.append("  }")
     lines.append("}")
-    return CppKernel(kernel.name, params, "\n".join(lines))
+    return CppKernel(kernel.name, params, "\n".join(lines), sizes)
 
 
 @trace.timed("render")
 def render_module(sched: Schedule) -> CppModule:
     nodes = sched.graph.node_map()
-    kernels = tuple(render_kernel(k, nodes) for k in sched.kernels)
+    with using_hints(sched.graph.hints):
+        kernels = tuple(render_kernel(k, nodes) for k in sched.kernels)
     source = PRELUDE + "\n" + "\n\n".join(k.source for k in kernels) + "\n"
     return CppModule(kernels, source)
 
