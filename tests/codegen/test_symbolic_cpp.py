@@ -198,3 +198,22 @@ def test_a_device_without_symbolic_kernels_declines_with_the_reason():
     gm = make_fx(lambda x: x + 1, tracing_mode="symbolic")(torch.randn(4, 3))
     out = compile_graph(gm, [torch.randn(4, 3)], static_only)
     assert isinstance(out, Declined) and "static sizes only" in out.reason
+
+
+def test_intermediates_live_in_an_arena_that_grows_with_the_sizes():
+    def f(x, w):
+        h = torch.softmax(x @ w, -1)
+        return (h * x.sum(-1, keepdim=True)).cumsum(1) + torch.tanh(h)
+
+    def make(n):
+        return (torch.randn(3, n, 24), torch.randn(24, 24))
+
+    compiled = _compile(f, make(5), dynamic={0: (1,)})
+    assert compiled.schedule.arena.grows and "_new_arena(ao_bytes" in compiled.wrapper_source
+    kept = compiled._fn.__globals__["_arenas"]  # the wrapper's blocks between calls
+    held = []
+    for n in (4, 300, 2, 301, 57, 1):  # grow, shrink (the larger block serves), grow again
+        _compare(compiled, f, make(n), atol=1e-3)
+        (block,) = kept
+        held.append(block.numel())
+    assert held[1] > held[0] and held[2] == held[1]  # grown once, then kept

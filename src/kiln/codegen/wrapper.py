@@ -25,7 +25,7 @@ import sympy
 import torch
 
 from ..lower import GraphUnsupported
-from ..lower.indexing import IndexPrinter, index_vars, linearize
+from ..lower.indexing import FloorDiv, IndexPrinter, index_vars, linearize
 from ..lower.ir import (
     BufRef,
     Extern,
@@ -55,6 +55,12 @@ class _PyPrinter(IndexPrinter):
 
     def minmax(self, is_min: bool, a: str, b: str) -> str:
         return f"{'min' if is_min else 'max'}({a}, {b})"
+
+    def doprint(self, e) -> str:
+        if isinstance(e, (sympy.Min, sympy.Max)):  # one call, however many arguments
+            args = ", ".join(self.doprint(a) for a in e.args)
+            return f"{'min' if isinstance(e, sympy.Min) else 'max'}({args})"
+        return super().doprint(e)
 
 
 _PY = _PyPrinter()
@@ -215,7 +221,12 @@ def render_wrapper(
                 lines.append(f"    {step.name} = {step.reuse}.view({size}); del {step.reuse}")
             elif step.name in sched.arena.offsets:
                 dtype = node_dtype(node)
-                at = sched.arena.offsets[step.name] // dtype.itemsize
+                offset = sched.arena.offsets[step.name]
+                at = py_expr(
+                    offset // dtype.itemsize
+                    if isinstance(offset, int)
+                    else FloorDiv(offset, dtype.itemsize)
+                )
                 lines.append(
                     f"    {step.name} = _as_strided({_arena_view(dtype)}, {size}, {stride}, {at})"
                 )
@@ -245,7 +256,7 @@ def render_wrapper(
             if step.name in kept:
                 continue
             lines.append(f"    del {step.name}")
-    if sched.arena.nbytes:
+    if sched.arena.nbytes:  # (a symbolic size is a symbol: true)
         lines.append("    _arenas.append(_arena)")
     outs = [o if isinstance(o, str) else _arg(o) for o in graph.outputs]
     lines.append(f"    return ({''.join(o + ', ' for o in outs)})")
@@ -258,7 +269,19 @@ def _arena_header(sched: Schedule, nodes: dict) -> list[str]:
     dtype placed in it."""
     if not sched.arena.nbytes:
         return []
-    lines = [f"    _arena = _arenas.pop() if _arenas else _new_arena({sched.arena.nbytes})"]
+    if sched.arena.grows:
+        # Offsets computed from this call's sizes; a block kept from an earlier call is used if
+        # large enough, else a new one a quarter larger than needed replaces it (growing sizes,
+        # a decode's KV length, then reallocate now and then, not every call).
+        lines = [f"    {k} = {py_expr(v)}" for k, v in sched.arena.defs.items()]
+        need = sched.arena.nbytes
+        lines.append("    _arena = _arenas.pop() if _arenas else None")
+        lines.append(
+            f"    if _arena is None or _arena.numel() < {need}: "
+            f"_arena = _new_arena({need} * 5 // 4 // 64 * 64 + 64)"
+        )
+    else:
+        lines = [f"    _arena = _arenas.pop() if _arenas else _new_arena({sched.arena.nbytes})"]
     for dtype in dict.fromkeys(node_dtype(nodes[n]) for n in sched.arena.offsets):
         lines.append(f"    {_arena_view(dtype)} = _arena.view({_dtype(dtype)})")
     return lines

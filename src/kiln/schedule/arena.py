@@ -10,6 +10,10 @@ What may not live there: graph outputs and the buffers they are views of (the ca
 them), and buffers an extern call returns a view of (that view might be returned). Their
 chains are allocated as before.
 
+Symbolic sizes: slots whose bytes depend on the call's sizes are chosen at the hints and
+stacked at offsets that are right for every size (`_stack`: symbols the wrapper computes each
+call); the block is then sized per call and replaced by a larger one when a call needs more.
+
 Why it exists: a graph that asks the allocator for its intermediates each call gets memory the
 C library returned to the OS at the end of the last call, and the OS hands every page back
 zeroed, on first touch: on BERT that was about a thousand page faults a call (16.4 -> 14.4 ms
@@ -28,7 +32,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+import sympy
+
+from ..lower.hints import hint
+from ..lower.indexing import FloorDiv
 from ..lower.ir import Extern, ExternItem, LoopGraph, Node, View, node_dtype, node_size
 from .fusion import ExternCall
 from .memory import Alloc, Free, PlanStep, viewed_by_externs
@@ -48,12 +57,21 @@ REMOVE_TRIES = 8  # slots tried for removal per round (bounds planning time on l
 
 @dataclass(frozen=True)
 class Arena:
-    offsets: dict[str, int] = field(default_factory=dict)  # buffer name -> byte offset in the block
-    nbytes: int = 0
+    offsets: dict[str, Any] = field(default_factory=dict)  # buffer name -> byte offset in the block
+    nbytes: Any = 0
+    # Symbolic sizes: the offsets and `nbytes` are symbols (`ao0`, ...) the wrapper computes each
+    # call from these definitions, in order ({symbol: expression over sizes and earlier ones}).
+    defs: dict = field(default_factory=dict)
+
+    @property
+    def grows(self) -> bool:
+        """Does the block's size change with the call's sizes (symbolic sizes)?"""
+        return bool(self.defs)
 
     def __str__(self) -> str:
         slots = ", ".join(f"{n}@{o}" for n, o in self.offsets.items())
-        return f"arena {self.nbytes} bytes: {slots}"
+        defs = "".join(f"; {k} = {v}" for k, v in self.defs.items())
+        return f"arena {self.nbytes} bytes: {slots}{defs}"
 
 
 def _span_bytes(node: Node) -> int:
@@ -89,21 +107,20 @@ def plan_arena(graph: LoopGraph, steps: Sequence[PlanStep]) -> Arena:
                     start[name] = k
         elif isinstance(step, Free):
             freed[step.name] = k
-    # A chain with a symbolic size is allocated per call, outside the arena (its bytes
-    # change from call to call; the arena's offsets are numbers).
-    members = {r: ns for r, ns in members.items() if not any(_symbolic(nodes[n]) for n in ns)}
     slots = [  # a member never freed holds its bytes to the end of the call
         (start[root], max(freed.get(n, len(steps)) for n in names), root, _slot_bytes(nodes, names))
         for root, names in members.items()
     ]
     fixed = [s for s in slots if s[2] not in chain or any(n in escapes for n in members[s[2]])]
-    return _choose(fixed, [s for s in slots if s not in fixed], len(steps))
-
-
-def _symbolic(node: Node) -> bool:
-    assert not isinstance(node, View), "a view holds no slot: its base does"
-    lay = node.layout
-    return any(not isinstance(v, int) for v in (*lay.size, *lay.stride))
+    if all(isinstance(s[3], int) for s in slots):
+        return _choose(fixed, [s for s in slots if s not in fixed], len(steps))
+    # Symbolic sizes: which slots go in is chosen at the hints (a memory decision), and they
+    # are stacked at offsets that hold for every size (`_stack`); the block grows when a call
+    # needs more.
+    hinted = {s[2]: (s[0], s[1], s[2], hint(s[3])) for s in slots}
+    fixed_h = [hinted[s[2]] for s in fixed]
+    chosen = _choose(fixed_h, [h for n, h in hinted.items() if h not in fixed_h], len(steps))
+    return _stack([s for s in slots if s[2] in chosen.offsets])
 
 
 def _items(graph: LoopGraph, name: str) -> list[ExternItem]:
@@ -169,8 +186,44 @@ def _fit(fixed: list[Slot], candidates: list[Slot], n: int, slack: float | None 
     return Arena(*_pack(chosen)) if chosen else Arena()
 
 
-def _slot_bytes(nodes: dict[str, Node], names: list[str]) -> int:
-    return math.ceil(max(_span_bytes(nodes[n]) for n in names) / ALIGN) * ALIGN
+def _slot_bytes(nodes: dict[str, Node], names: list[str]) -> Any:
+    spans = [_span_bytes(nodes[n]) for n in names]
+    if all(isinstance(b, int) for b in spans):
+        return math.ceil(max(spans) / ALIGN) * ALIGN
+    spans = [sympy.expand(b) for b in spans]
+    span = spans[0] if all(b == spans[0] for b in spans) else sympy.Max(*spans)
+    return ALIGN * FloorDiv(span + ALIGN - 1, ALIGN)
+
+
+def _stack(slots: list) -> Arena:
+    """Offsets for slots with symbolic bytes, right for every size: each slot, largest (at the
+    hints) first, sits above every slot already placed whose steps overlap its own (no gap is
+    reused: a gap at one size may be too small at another). Each offset is a symbol defined
+    from earlier ones, so the wrapper computes each once per call."""
+    placed: list = []  # (offset symbol, bytes, first, last)
+    offsets: dict[str, Any] = {}
+    defs: dict = {}
+    for k, (begin, finish, name, size) in enumerate(
+        sorted(slots, key=lambda s: (-hint(s[3]), s[0], s[2]))
+    ):
+        if not isinstance(size, int):  # each slot's bytes computed once a call
+            nbytes = sympy.Symbol(f"ab{k}", integer=True, nonnegative=True)
+            defs[nbytes] = size
+            size = nbytes
+        ends = [off + nb for off, nb, b, f in placed if b <= finish and begin <= f]
+        sym = sympy.Symbol(f"ao{k}", integer=True, nonnegative=True)
+        defs[sym] = _max(ends)
+        placed.append((sym, size, begin, finish))
+        offsets[name] = sym
+    top = sympy.Symbol("ao_bytes", integer=True, nonnegative=True)
+    defs[top] = _max([off + nb for off, nb, _, _ in placed])
+    return Arena(offsets, top, defs)
+
+
+def _max(values: list) -> Any:
+    if not values:
+        return sympy.Integer(0)
+    return sympy.Max(*values, evaluate=False) if len(values) > 1 else values[0]
 
 
 def _pack(slots: list[Slot]) -> tuple[dict[str, int], int]:
