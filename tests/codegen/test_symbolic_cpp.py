@@ -217,3 +217,27 @@ def test_intermediates_live_in_an_arena_that_grows_with_the_sizes():
         (block,) = kept
         held.append(block.numel())
     assert held[1] > held[0] and held[2] == held[1]  # grown once, then kept
+
+
+def _gathers(idx, wte, x):
+    e = F.embedding(idx, wte)
+    g = torch.gather(x, 1, idx.clamp(0, x.shape[1] - 1))
+    p = F.pad(x, (1, 2)) * 2
+    z = torch.zeros(idx.shape[0], idx.shape[1] + 1) + torch.arange(idx.shape[1] + 1)
+    m = torch.where(x > 0, x, torch.full_like(x, 0.5))
+    return e, g, p, z, m, x.unsqueeze(0).expand(3, -1, -1).contiguous()
+
+
+def test_embedding_gather_pad_and_creation_ops_lower_with_symbolic_sizes():
+    def make(n):
+        return (torch.randint(0, 10, (3, n)), torch.randn(10, 8), torch.randn(3, n + 2))
+
+    compiled = _run_sizes(_gathers, make)
+    fallbacks = [n for n in compiled.schedule.graph.nodes if hasattr(n, "target")]
+    assert all(str(n.target).startswith("kiln.") for n in fallbacks), fallbacks  # checks only
+    bad = make(6)
+    bad[0][1, 2] = 10  # one row past the embedding table: raises as eager does
+    with pytest.raises(IndexError):
+        _gathers(*bad)
+    with pytest.raises(IndexError):
+        compiled(*bad)

@@ -126,6 +126,8 @@ class LoweringContext:
         if not isinstance(value, BufRef):
             if isinstance(value, (bool, int, float)):
                 return ops.const(value, dtype)
+            if isinstance(value, sympy.Basic) and value.free_symbols:  # a symbolic size
+                return ops.cast(ops.IndexValue(value, torch.int64), dtype)
             raise Unsupported(f"argument of type {type(value).__name__}")
         vars_ = index_vars(len(size))
         own = self.size(value)

@@ -29,6 +29,7 @@ import torch
 
 from ..devices.runtime_ops import CHECK_INDEX
 from . import ops
+from .hints import is_symbolic
 from .indexing import (
     Indirect,
     affine_coefficients,
@@ -64,7 +65,9 @@ def _add_check(ctx, idx: BufRef, size: int, wrap: bool, dim: int) -> None:
     ctx.checks[key] = name
 
 
-def _i64(v: int):
+def _i64(v):
+    if is_symbolic(v):  # a symbolic size: its value, read per call
+        return ops.IndexValue(v, torch.int64)
     return ops.const(v, torch.int64)
 
 
@@ -107,11 +110,12 @@ def _resolved(ctx, idx: BufRef, at):
 def _positions_of_at_most(node, size: int) -> bool:
     """True if every value of `node` is a position in [0, size): argmax/argmin over no more
     than `size` elements (`x.gather(1, x.argmax(1, keepdim=True))` needs no check)."""
-    return (
-        isinstance(node, Reduction)
-        and node.reduce_type in ("argmax", "argmin")
-        and math.prod(node.reduce_size) <= size
-    )
+    if not isinstance(node, Reduction) or node.reduce_type not in ("argmax", "argmin"):
+        return False
+    count = math.prod(node.reduce_size)
+    if is_symbolic(count) or is_symbolic(size):  # equal expressions: provably within
+        return count == size
+    return count <= size
 
 
 def _positional(ctx, idx: BufRef, at):
@@ -128,8 +132,8 @@ def _positional(ctx, idx: BufRef, at):
 def _bounds(expr, ranges: dict):
     """(min, max) of an affine `expr` over the loop variables' ranges, or None."""
     vs = sorted(expr.free_symbols, key=str)
-    if any(v not in ranges for v in vs) or not is_affine(expr, vs):
-        return None
+    if any(v not in ranges or is_symbolic(ranges[v]) for v in vs) or not is_affine(expr, vs):
+        return None  # (a symbolic extent: unknown bounds, so the index is checked)
     coeffs, const = affine_coefficients(expr, vs)
     lo = const + sum(min(0, c * (ranges[v] - 1)) for c, v in zip(coeffs, vs))
     hi = const + sum(max(0, c * (ranges[v] - 1)) for c, v in zip(coeffs, vs))
@@ -138,7 +142,7 @@ def _bounds(expr, ranges: dict):
 
 def _in_range(expr, size: int, ranges: dict) -> bool:
     b = _bounds(expr, ranges)
-    return b is not None and 0 <= b[0] and b[1] < size
+    return b is not None and not is_symbolic(size) and 0 <= b[0] and b[1] < size
 
 
 def _wrapped(expr, size: int, ranges: dict):
