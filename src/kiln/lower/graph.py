@@ -208,6 +208,8 @@ def _lower(
             # example inputs may be real tensors of one size.
             fake = node.meta.get("val")
             sym = _sym_value(fake)
+            if sym is _NOT_SYM:  # no fake value: the example itself may be a SymInt
+                sym = _sym_value(example)
             if sym is not _NOT_SYM or (isinstance(example, int) and not isinstance(example, bool)):
                 value = sym if sym is not _NOT_SYM else example
                 env[node] = scalars[name] = value
