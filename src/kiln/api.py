@@ -18,7 +18,7 @@ import torch
 from . import logs
 from .backends import builtin  # noqa: F401  (registers eager / aot_eager / inductor)
 from .backends.registry import known_backend_names, lookup_backend
-from .capture import frontend
+from .capture import data_parallel, frontend
 from .capture.bytecode import UNSUPPORTED as UNSUPPORTED_PYTHON
 from .contracts import Backend
 from .options import Options, build_options
@@ -68,6 +68,8 @@ def _compile_one(model: Callable, opts: Options, disable: bool):
         )
     backend = Backend.bind(opts.backend, lookup_backend(opts.backend))
     if isinstance(model, torch.nn.Module):
+        if data_parallel.is_data_parallel(model):
+            return _data_parallel_module(model, opts, backend)
         return OptimizedModule(model, frontend.CompiledFunction.for_module(model, opts, backend))
     compiled = frontend.CompiledFunction.for_callable(model, opts, backend)
 
@@ -78,6 +80,30 @@ def _compile_one(model: Callable, opts: Options, disable: bool):
     compiled_fn._kiln_compiled = compiled  # type: ignore[attr-defined]
     compiled_fn._torchdynamo_orig_callable = model  # type: ignore[attr-defined]
     return compiled_fn
+
+
+def _data_parallel_module(ddp: torch.nn.Module, opts: Options, backend: Backend):
+    """`kiln.compile(DDP(model))`: DDP's forward stays eager, `model` is compiled
+    (capture/data_parallel.py says why and what that means for DDP's options)."""
+    inner = frontend.CompiledFunction.for_module(ddp.module, opts, backend)
+    note = data_parallel.note(ddp)
+    inner.splits.append(note)
+    logs.log("graph_breaks", f"kiln.compile(DistributedDataParallel): {note}")
+    return OptimizedModule(ddp, inner, call=data_parallel.DataParallelCall(ddp, inner))
+
+
+def _hooks_outside(wrapper: OptimizedModule):
+    """The original is managed by a composable API (fully_shard, replicate): its hooks
+    communicate and run eagerly (capture/data_parallel.py); its forward is compiled alone."""
+    d = wrapper.__dict__
+    mod, whole = d["_orig_mod"], d["_kiln_compiled"]
+    forward = frontend.CompiledFunction.for_callable(mod.forward, whole.opts, whole.backend)
+    note = data_parallel.hooks_note(mod)
+    forward.splits.append(note)
+    logs.log("graph_breaks", f"kiln.compile({type(mod).__qualname__}): {note}")
+    d["_kiln_compiled"] = forward
+    call = d["_kiln_call"] = data_parallel.HooksOutsideCall(mod, forward)
+    return call
 
 
 _warned_unsupported = False
@@ -100,20 +126,29 @@ def _unsupported_python(model: Callable, opts: Options):
 class OptimizedModule(torch.nn.Module):
     """A compiled module that is the original in every way but its `forward`.
 
-    Parameters, buffers and submodules are the original's own dictionaries, so
-    `parameters()`, `state_dict()` (same keys, no prefix), `train()`/`eval()` and `.to()` act
-    on the original module.
+    Parameters, buffers, submodules and state-dict hooks are the original's own dictionaries,
+    so `parameters()`, `state_dict()` (same keys, no prefix), `train()`/`eval()` and `.to()`
+    act on the original module. In the module tree the wrapper stands where the user put it
+    (`modules()` yields it, then the original at the same name, then the original's
+    submodules): PyTorch's composable APIs (`fully_shard`, `checkpoint_wrapper`, forward
+    hooks) attach their state and hooks to the wrapper, which runs them eagerly around the
+    compiled `original.__call__` (whose own hooks are compiled with it).
     """
 
-    def __init__(self, mod: torch.nn.Module, compiled: frontend.CompiledFunction):
+    def __init__(
+        self,
+        mod: torch.nn.Module,
+        compiled: frontend.CompiledFunction,
+        call: Callable | None = None,
+    ):
         super().__init__()
         d = self.__dict__
         d["_orig_mod"] = mod
-        d["_kiln_compiled"] = compiled
-        d["_parameters"] = mod._parameters
-        d["_buffers"] = mod._buffers
-        d["_modules"] = mod._modules
-        d["_non_persistent_buffers_set"] = mod._non_persistent_buffers_set
+        d["_kiln_compiled"] = compiled  # what kiln.explain reports
+        d["_kiln_call"] = call or compiled  # what forward runs
+        for name in _SHARED_DICTS:
+            d[name] = mod.__dict__[name]
+        _share_composable_state(mod, self)
 
     @property
     def training(self) -> bool:  # type: ignore[override]
@@ -125,8 +160,39 @@ class OptimizedModule(torch.nn.Module):
         if mod is not None:
             mod.training = value
 
+    @property
+    def _version(self) -> int:  # type: ignore[override]
+        # state_dict metadata: the original's format version (BatchNorm's is 2)
+        return getattr(self.__dict__["_orig_mod"], "_version", 1)
+
     def forward(self, *args, **kwargs):
-        return self._kiln_compiled(*args, **kwargs)
+        d = self.__dict__
+        call = d["_kiln_call"]
+        if call is d["_kiln_compiled"] and data_parallel.composable_state(d["_orig_mod"]):
+            call = _hooks_outside(self)  # sharded after it was compiled: from now on
+        return call(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        d = self.__dict__
+        if not (
+            d["_forward_pre_hooks"]
+            or d["_forward_hooks"]
+            or d["_backward_hooks"]
+            or d["_backward_pre_hooks"]
+        ):
+            # No hook on the wrapper itself: the compiled `original.__call__` runs the
+            # original's hooks and the global ones (register_module_forward_hook) once, for
+            # the original, as an uncompiled call would
+            return self.forward(*args, **kwargs)
+        if _global_hooks():
+            logs.warn_once(
+                "optimized-module-global-hooks",
+                "kiln: a compiled module with hooks of its own (fully_shard, "
+                "checkpoint_wrapper, register_forward_hook on the compiled module) runs the "
+                "global module hooks (register_module_forward_hook) twice: once for the "
+                "compiled wrapper, once for the original module inside it",
+            )
+        return super().__call__(*args, **kwargs)
 
     def __getattr__(self, name: str):
         try:
@@ -138,14 +204,24 @@ class OptimizedModule(torch.nn.Module):
         self._orig_mod.train(mode)
         return self
 
-    def state_dict(self, *args, **kwargs):
-        return self._orig_mod.state_dict(*args, **kwargs)
+    # state_dict()/load_state_dict() are Module's own, on the shared dictionaries, so hooks
+    # on the wrapper and on the original both run; the original's class decides how its own
+    # tensors are saved and loaded (BatchNorm's version handling, get_extra_state)
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        self._orig_mod._save_to_state_dict(destination, prefix, keep_vars)
 
-    def load_state_dict(self, *args, **kwargs):
-        return self._orig_mod.load_state_dict(*args, **kwargs)
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        self._orig_mod._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def named_modules(self, *args, **kwargs):
-        return self._orig_mod.named_modules(*args, **kwargs)
+    def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
+        if memo is None:
+            memo = set()
+        if remove_duplicate:
+            if self in memo:
+                return
+            memo.add(self)
+        yield prefix, self
+        yield from self._orig_mod.named_modules(memo, prefix, remove_duplicate)
 
     def _apply(self, fn, recurse=True):
         self._orig_mod._apply(fn, recurse)
@@ -171,6 +247,39 @@ class OptimizedModule(torch.nn.Module):
 
     def __contains__(self, item) -> bool:
         return item in self.__dict__["_orig_mod"]
+
+
+# The original's dictionaries the wrapper shares: its state (parameters, buffers, submodules)
+# and the hooks that belong to that state (state-dict hooks registered on either object run
+# once, whichever object's state_dict() is called)
+_SHARED_DICTS = (
+    "_parameters",
+    "_buffers",
+    "_modules",
+    "_non_persistent_buffers_set",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
+
+
+def _global_hooks() -> bool:
+    m = torch.nn.modules.module
+    return bool(m._global_forward_hooks or m._global_forward_pre_hooks)
+
+
+def _share_composable_state(mod: torch.nn.Module, wrapper: torch.nn.Module) -> None:
+    """A module a composable API (fully_shard, replicate) already manages, compiled after it:
+    the wrapper that replaces it in the tree is managed by the same state, so `fully_shard` of
+    a parent leaves its parameters to it, as it leaves the original's."""
+    try:
+        from torch.distributed._composable_state import _get_module_state, _insert_module_state
+    except ImportError:  # a torch without torch.distributed
+        return
+    state = _get_module_state(mod)
+    if state is not None and _get_module_state(wrapper) is None:
+        _insert_module_state(wrapper, state)
 
 
 def disable(fn: Callable | None = None, recursive: bool = True):

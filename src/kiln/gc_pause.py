@@ -17,12 +17,17 @@ the backend's compile of its graph, and AOT autograd's compile of a new call sig
 that runs after a graph break, eagerly or compiled, runs with the collector as the user left it.
 The switch is the process's: while one thread compiles, other threads run without automatic
 collection too.
+
+`saved_tensor_hooks_suspended()` is the same kind of switch for autograd's saved-tensor hooks
+(activation checkpointing): kiln's own steps run without them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+
+import torch
 
 
 @contextlib.contextmanager
@@ -35,3 +40,22 @@ def paused_gc():
     finally:
         if was_enabled:
             gc.enable()
+
+
+@contextlib.contextmanager
+def saved_tensor_hooks_suspended():
+    """Saved-tensor hooks in force (a non-reentrant checkpoint, checkpoint_wrapper,
+    `save_on_cpu`) belong to the tensors compiled graphs save when they run, not to kiln's
+    work: AOT autograd's tracing on fake tensors (functorch refuses to trace under them) and a
+    traced call's eager operations, whose saves a checkpoint's recompute (the compiled graph,
+    saving other tensors) could not match. They are lifted meanwhile and put back in order."""
+    ag = torch._C._autograd
+    popped = []
+    while (top := ag._top_saved_tensors_default_hooks(True)) is not None:
+        popped.append(top)
+        ag._pop_saved_tensors_default_hooks()
+    try:
+        yield
+    finally:
+        for pack, unpack in reversed(popped):
+            ag._push_saved_tensors_default_hooks(pack, unpack)

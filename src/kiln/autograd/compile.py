@@ -54,7 +54,7 @@ import torch
 import torch.fx
 
 from .. import logs, trace
-from ..gc_pause import paused_gc
+from ..gc_pause import paused_gc, saved_tensor_hooks_suspended
 from . import decomps
 from .analyze import analyze
 from .attention_masks import simplify_attention_masks
@@ -208,6 +208,10 @@ class AotCompiled:
     @trace.timed("aot autograd")
     @paused_gc()  # the garbage collector waits until the entry is compiled (gc_pause.py)
     def _trace_entry(self, args: list, key: tuple, world: FakeWorld | None):
+        with saved_tensor_hooks_suspended():
+            return self._trace_entry_now(args, key, world)
+
+    def _trace_entry_now(self, args: list, key: tuple, world: FakeWorld | None):
         self.traces += 1
         grad_enabled = torch.is_grad_enabled()
         meta = analyze(self.gm, args, grad_enabled, world)

@@ -52,9 +52,10 @@ class ResumableBreak(KilnInternal):
     """Raised by the tracer at a break the innermost CALL or branch handler can turn into a
     continuation."""
 
-    def __init__(self, reason: str, hint: str, where: str):
+    def __init__(self, reason: str, hint: str, where: str, step: tuple | None = None):
         super().__init__(reason)
         self.reason, self.hint, self.where = reason, hint, where
+        self.step = step  # (fn, args, kwargs) the plain-Python step calls instead, or None
 
 
 class GraphBreakAt(KilnInternal):

@@ -25,6 +25,7 @@ class ExplainOutput:
     compiles: int = 0
     eager_reasons: list[str] = field(default_factory=list)
     graph_labels: list[str] = field(default_factory=list)  # the unit each graph came from
+    splits: list[str] = field(default_factory=list)  # eager bookkeeping around compiled modules
 
     @property
     def graph_count(self) -> int:
@@ -58,6 +59,8 @@ class ExplainOutput:
             lines.append(f"  break {i}: {reason}\n    at {where}")
             if hint:
                 lines.append(f"    hint: {hint}")
+        for note in self.splits:
+            lines.append(f"  split: {note}")
         for reason in self.eager_reasons:
             lines.append(f"  runs eagerly: {reason.splitlines()[0]}")
         for label, gs in self.guards:
@@ -71,7 +74,11 @@ class ExplainOutput:
 def report(cf) -> ExplainOutput:
     """Everything one compiled callable (and its continuations) did so far."""
     out = ExplainOutput(cf.label, breaks=list(dict.fromkeys(cf.breaks)))
+    out.splits = list(dict.fromkeys(cf.splits))
     units = [cf, *cf.continuations.values()]
+    for nested in cf.nested:  # modules compiled apart (a DDP module's), with their graphs
+        units += [nested, *nested.continuations.values()]
+        out.breaks += [b for b in dict.fromkeys(nested.breaks) if b not in out.breaks]
     for unit in units:
         out.graphs += unit.graph_modules
         out.graph_labels += [unit.label] * len(unit.graph_modules)

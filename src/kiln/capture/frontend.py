@@ -20,7 +20,7 @@ import torch.fx as fx
 
 from .. import logs, trace
 from ..contracts import Backend, CaptureInfo
-from ..gc_pause import paused_gc
+from ..gc_pause import paused_gc, saved_tensor_hooks_suspended
 from ..lazy_graphs import LazyGraphModule
 from . import (
     breaks,  # noqa: E402  (needs CompiledFunction defined at call time only)
@@ -85,6 +85,8 @@ class CompiledFunction:
         self.seen_floats: dict[str, float] = {}  # dict item source -> float at the last trace
         self.dynamic_floats: set[str] = set()  # those seen to change (dynamic_floats.py)
         self.continuations: dict = {}
+        self.nested: list[CompiledFunction] = []  # modules compiled apart (data_parallel.py)
+        self.splits: list[str] = []  # where eager bookkeeping surrounds them, for explain
         try:
             # the parameters of the code that runs: a `functools.wraps` wrapper (an LR
             # scheduler's `optimizer.step`) takes `*args, **kwargs`, whatever it wraps
@@ -166,6 +168,17 @@ class CompiledFunction:
             )
         return self._trace(args, kwargs)
 
+    def _compile_nested(self, fn) -> "CompiledFunction":
+        """A module (or a module's bound forward) the trace runs its own way
+        (data_parallel.py), compiled with this function's settings; `kiln.explain` of this
+        function reports it too."""
+        if isinstance(fn, torch.nn.Module):
+            compiled = CompiledFunction.for_module(fn, self.opts, self.backend)
+        else:
+            compiled = CompiledFunction.for_callable(fn, self.opts, self.backend)
+        getattr(self, "root_cf", self).nested.append(compiled)
+        return compiled
+
     def _why_missed(self, args, kwargs) -> str:
         from .guards import explain_failure
 
@@ -198,11 +211,14 @@ class CompiledFunction:
         tracer.interp = interp
         tracer.dynamic_policy = self._dynamic_dims
         tracer.float_slots.policy = self._dynamic_float
+        tracer.compile_module = (self._compile_nested, (id(self.opts), id(self.backend)))
         _state.depth = getattr(_state, "depth", 0) + 1
         brk = None
         try:
             # module_tree.suspended(): modules built in the trace are its own
-            with tracer.mode, module_tree.suspended(), paused_gc():
+            # saved-tensor hooks (a checkpoint around this call) are lifted: the traced call's
+            # eager saves could not match a recompute by the compiled graph (gc_pause.py)
+            with tracer.mode, module_tree.suspended(), paused_gc(), saved_tensor_hooks_suspended():
                 result = self._run_root(tracer, interp, args, kwargs)
         except GraphBreakAt as e:
             brk = e  # handled below, outside this handler: the user's exceptions raised in

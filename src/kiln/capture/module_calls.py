@@ -14,6 +14,7 @@ import torch
 
 from . import guards as G
 from .attributes import _class_attr, instance_dict_guard, load_attr
+from .data_parallel import call_in_trace, runs_apart
 from .sources import AttrSource, ConstSource, GlobalSource
 
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -24,6 +25,8 @@ def call_module(interp, mod: torch.nn.Module, args: tuple, kwargs: dict, site=No
     """`mod(*args)` as Module.__call__ runs it: pre-hooks, forward, forward hooks."""
     tracer = interp.tracer
     d = mod.__dict__
+    if runs_apart(mod):
+        return call_in_trace(interp, mod, args, kwargs)
     if tracer.broken is None:
         if not tracer.global_hooks_guarded:
             _guard_global_hooks(tracer)

@@ -25,7 +25,9 @@ def _call(interp, frame, fn, args: tuple, kwargs: dict):
     except ResumableBreak as brk:
         from .continuations import chain_of
 
-        if fn is handle_torch_function:
+        if brk.step is not None:  # a call kiln runs its own way (data_parallel.py)
+            fn, args, kwargs = brk.step
+        elif fn is handle_torch_function:
             # Asked of kiln's recording mode; outside the trace no mode answers, so the plain
             # step calls the API itself: handle_torch_function(api, relevant, *args, **kwargs).
             fn, args = args[0], args[2:]

@@ -90,6 +90,9 @@ class Tracer:
         self.global_reads: dict[tuple[int, str], tuple] = {}  # (id(g), name) -> (g, value)
         self.global_hooks_guarded = False
         self.interp = None  # set by the frontend; consulted to decide if a break can resume
+        # ((module) -> CompiledFunction, settings key), set by the frontend: how a module met in
+        # the trace that kiln runs its own way (data_parallel.py) is compiled
+        self.compile_module: tuple | None = None
         self.dynamic_policy = None  # (source, tensor) -> dims to make symbolic; set by frontend
         self.dyn = None  # DynamicShapes, created by the first dynamic input
         self._size_nodes: dict[tuple[int, int], fx.Node] = {}
@@ -113,7 +116,9 @@ class Tracer:
             )
 
     # ---- breaks -------------------------------------------------------------------------------
-    def graph_break(self, reason: str, hint: str = "") -> None:
+    def graph_break(self, reason: str, hint: str = "", step: tuple | None = None) -> None:
+        """End the graph here. `step`, (fn, args, kwargs), is what the plain-Python step after
+        the break calls instead of the call being traced (a call kiln runs its own way)."""
         where = self.location_fn()
         if self.options.fullgraph:
             msg = f"graph break under fullgraph=True\n  at {where}\n  reason: {reason}"
@@ -124,7 +129,7 @@ class Tracer:
             from .continuations import ResumableBreak, can_resume
 
             if can_resume(self.interp):
-                raise ResumableBreak(reason, hint, where)
+                raise ResumableBreak(reason, hint, where, step)
         if self.broken is None:
             self.broken = Break(reason, hint, where)
 
