@@ -30,8 +30,14 @@ def _compile_of_ddp(rank, world):
     assert "graphs: 1 " in text, text
 
 
+def _compile_of_ddp_and_inside(rank, world):
+    _compile_of_ddp(rank, world)
+    _ddp_inside_compiled_step(rank, world)
+
+
 def test_compile_of_ddp_compiles_the_module_and_trains_like_eager():
-    spawn(_compile_of_ddp)
+    """kiln.compile(DDP(m)), and a compiled function calling a DDP module (one spawn)."""
+    spawn(_compile_of_ddp_and_inside)
 
 
 def _ddp_of_compiled(rank, world):
@@ -46,8 +52,14 @@ def _ddp_of_compiled(rank, world):
     assert compiled._kiln_compiled.graph_modules
 
 
-def test_ddp_of_compiled_trains_like_eager():
-    spawn(_ddp_of_compiled)
+def _ddp_of_compiled_and_options(rank, world):
+    _ddp_of_compiled(rank, world)
+    _ddp_options(rank, world)
+
+
+def test_ddp_of_compiled_and_ddps_options_train_like_eager():
+    """DDP(kiln.compile(m)); find_unused_parameters, static_graph, no_sync (one spawn)."""
+    spawn(_ddp_of_compiled_and_options)
 
 
 class Branchy(nn.Module):
@@ -111,10 +123,6 @@ def _ddp_options(rank, world):
     assert_same_training(results[1][0], results[0][0], results[1][1], results[0][1])
 
 
-def test_ddp_find_unused_static_graph_and_no_sync_match_eager():
-    spawn(_ddp_options)
-
-
 def _ddp_inside_compiled_step(rank, world):
     data = batches(rank)
     ref = DDP(make_net())
@@ -139,7 +147,3 @@ def _ddp_inside_compiled_step(rank, world):
     assert cf.nested and cf.nested[0].graph_modules, "DDP's module inside was not compiled"
     assert any("DistributedDataParallel.forward runs eagerly" in r for r, _, _ in cf.breaks)
     del report
-
-
-def test_ddp_called_inside_a_compiled_function():
-    spawn(_ddp_inside_compiled_step)

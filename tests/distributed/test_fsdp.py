@@ -4,7 +4,6 @@ and without a bf16 mixed-precision policy; each trains as its eager twin does.""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from dist_harness import spawn
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -57,12 +56,22 @@ def _fsdp(rank, world, recipe, mixed, backend):
         assert all(u.eager_reason is None for u in units)
 
 
-@pytest.mark.parametrize("recipe", ["compile_then_shard", "shard_then_compile", "whole"])
-def test_fsdp2_with_kiln_trains_like_eager(recipe):
-    # the recipe torchtitan uses compiles with kiln's code generator; the others check the
-    # hooks and graph splits and need only kiln's capture and AOT autograd
-    spawn(_fsdp, recipe, False, "inductor" if recipe == "compile_then_shard" else "aot_eager")
+def _torchtitan(rank, world):
+    _fsdp(rank, world, "compile_then_shard", False, "inductor")
+    _fsdp(rank, world, "compile_then_shard", True, "inductor")
 
 
-def test_fsdp2_mixed_precision_bf16_params_fp32_reduce():
-    spawn(_fsdp, "compile_then_shard", True, "inductor")
+def test_fsdp2_blocks_compiled_then_sharded_with_and_without_bf16_policy():
+    """The torchtitan recipe, with kiln's code generator; then with MixedPrecisionPolicy
+    (bf16 parameters, fp32 gradient reduction)."""
+    spawn(_torchtitan)
+
+
+def _other_orders(rank, world):
+    # these check the hooks and graph splits: kiln's capture and AOT autograd suffice
+    _fsdp(rank, world, "shard_then_compile", False, "aot_eager")
+    _fsdp(rank, world, "whole", False, "aot_eager")
+
+
+def test_fsdp2_blocks_sharded_then_compiled_and_whole_model_compiled():
+    spawn(_other_orders)

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, context_vars, effect_calls, environ
+from . import checkpoint, collectives, context_vars, effect_calls, environ
 from .attributes import (  # noqa: F401  (re-exported: handlers import them from here)
     STRUCTURE,
     _attr_source,
@@ -219,7 +219,8 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
     if t is types.FunctionType:
         if args and type(args[0]) is environ.ENVIRON_TYPE:
             return environ.call(interp, fn, args, kwargs)
-        if (fn.__module__, fn.__qualname__) in _rng_state_fns():
+        key = (fn.__module__, fn.__qualname__)
+        if key in _rng_state_fns():
             return _break_and_run(
                 interp,
                 fn,
@@ -228,6 +229,10 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
                 f"{_describe(fn)} reads or sets a random generator's state, which a graph "
                 "does not replay",
                 "it runs between graphs, on every call, as in eager",
+            )
+        if (fn.__module__, fn.__name__) in collectives.eager_collectives():
+            return _break_and_run(
+                interp, fn, args, kwargs, collectives.reason(fn), collectives.HINT
             )
         if fn is _TORCH_IS_COMPILING:
             # kiln is compiling this code: libraries (transformers) take their compile-friendly

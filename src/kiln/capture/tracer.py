@@ -53,6 +53,19 @@ class Break:
     where: str
 
 
+@functools.lru_cache(maxsize=1)
+def _async_wrappers() -> tuple:
+    """The op that wraps a functional collective's result in an AsyncCollectiveTensor (waited
+    when first used, eagerly); recorded as `wait_tensor`, a plain tensor a kernel can read."""
+    ns = getattr(torch.ops, "_c10d_functional", None)
+    try:
+        op = ns._wrap_tensor_autograd if ns is not None else None
+    except AttributeError:  # a torch without it (or before torch.distributed registered it)
+        _async_wrappers.cache_clear()
+        return ()
+    return (op, op.default)
+
+
 class RecordingMode(TorchFunctionMode):
     def __init__(self, tracer: "Tracer") -> None:
         super().__init__()
@@ -314,6 +327,8 @@ class Tracer:
     def on_torch_call(self, func, args, kwargs):
         if self.broken is not None:
             return func(*args, **kwargs)
+        if func in _async_wrappers():  # a functional collective's result: wait for it now
+            func = torch.ops._c10d_functional.wait_tensor.default  # (capture/collectives.py)
         info = call_info(func)
         kind = info.kind
         if kind != "call" and kind != "mutation":

@@ -13,7 +13,13 @@ Safety rules, because a cache entry is a shared library that gets loaded into th
   SHA-256 of the library; a lookup re-hashes the file and discards an entry whose metadata is
   missing, truncated, foreign (another key) or does not match — it is rebuilt, never loaded;
 * writes go to a temporary file in the same directory and are renamed into place, library
-  first and metadata last, so a reader sees a complete entry or none.
+  first and metadata last, so a reader sees a complete entry or none;
+* processes share a cache (torchrun's ranks, one `KILN_CACHE_DIR`): a process that misses
+  takes an exclusive lock on `<key>.lock` (flock), looks again, and only then deletes a bad
+  entry or builds and stores the artifact. So a library is never deleted while another
+  process is between writing it and its metadata (a missing metadata file is that writer's
+  entry in progress, not damage), and ranks that want the same kernel at once build it once:
+  the others wait for the lock and load what the first stored.
 
 Why it exists: nothing is compiled twice (DESIGN.md §2), and a cache must never be a way to
 load a file someone else put there.
@@ -21,6 +27,7 @@ load a file someone else put there.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -28,6 +35,11 @@ import stat
 import tempfile
 
 from .. import logs
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no cross-process lock (one process per cache there)
+    fcntl = None  # type: ignore[assignment]
 
 META_VERSION = "kiln-cache-1"
 
@@ -75,7 +87,8 @@ class ArtifactCache:
         return os.path.join(sub, key + self.suffix), os.path.join(sub, key + ".meta")
 
     def lookup(self, key: str) -> str | None:
-        """The path of a verified entry for `key`, or None (a bad entry is deleted)."""
+        """The path of a verified entry for `key`, or None (a bad entry is deleted: call it
+        holding `locked(key)`, or another process's entry in progress may look bad)."""
         lib, meta = self.paths(key)
         if not os.path.exists(lib) and not os.path.exists(meta):
             return None
@@ -115,13 +128,37 @@ class ArtifactCache:
             return "content does not match its checksum"
         return None
 
+    def verified(self, key: str) -> str | None:
+        """The path of a verified entry for `key`, or None; deletes nothing (no lock needed)."""
+        lib, meta = self.paths(key)
+        if not os.path.exists(meta):
+            return None
+        return lib if self._check(key, lib, meta) is None else None
+
+    @contextlib.contextmanager
+    def locked(self, key: str):
+        """Exclusive use of `key`'s entry among the processes sharing this cache."""
+        lib, _ = self.paths(key)
+        fd = os.open(lib.rsplit(".", 1)[0] + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # released by close, or by the OS on death
+            yield
+        finally:
+            os.close(fd)
+
     def fetch(self, key: str, produce) -> tuple[str, bool]:
         """(path of the entry for `key`, whether it was already on disk); `produce()` gives the
-        bytes of a missing entry, which is then stored."""
-        path = self.lookup(key)
+        bytes of a missing entry, which is then stored. Safe for processes sharing the cache
+        (see the module doc): the miss is settled under the key's lock."""
+        path = self.verified(key)
         if path is not None:
             return path, True
-        return self.store(key, produce()), False
+        with self.locked(key):
+            path = self.lookup(key)
+            if path is not None:
+                return path, True
+            return self.store(key, produce()), False
 
     def store(self, key: str, data: bytes) -> str:
         lib, meta = self.paths(key)

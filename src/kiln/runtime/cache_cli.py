@@ -2,12 +2,12 @@
 
 Takes the cache folders options.py names (`KILN_CACHE_DIR`: built C++ libraries in `cpp/`,
 Triton kernel sources in `triton/`, compiled graphs for the warm start in `aot/`;
-`KILN_NATIVE_DIR`: the native guard checks); gives a
-summary per cache (entries, bytes, temporary files left by killed writers) and `clear`, which
-removes only files kiln itself writes there (`<key>.so|.py|.art|.meta` in `<kind>/<2 hex>/`, their
-`.tmp-*` files, and with `--native` the `kiln_native_*` modules). A cache folder a user pointed
-somewhere odd (`KILN_CACHE_DIR=$HOME`) is never emptied wholesale. Loaded libraries stay mapped
-in processes that use them; the next process rebuilds what it needs.
+`KILN_NATIVE_DIR`: the native guard checks); gives a summary per cache (entries, bytes,
+temporary files left by killed writers) and `clear`, which removes only files kiln itself
+writes there (`<key>.so|.py|.art|.meta|.lock` in `<kind>/<2 hex>/`, their `.tmp-*` files, and
+with `--native` the `kiln_native_*` modules). A cache folder a user pointed somewhere odd
+(`KILN_CACHE_DIR=$HOME`) is never emptied wholesale. Loaded libraries stay mapped in processes
+that use them; the next process rebuilds what it needs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _kiln_files(root: str, kind: str):
     base = os.path.join(root, kind)
     if not os.path.isdir(base):
         return
-    suffixes = (*KINDS[kind], ".meta")
+    suffixes = (*KINDS[kind], ".meta", ".lock")
     for shard in sorted(os.listdir(base)):
         folder = os.path.join(base, shard)
         if not _SHARD.match(shard) or not os.path.isdir(folder):
