@@ -5,7 +5,9 @@
 
 Runs `torchrun --standalone --nproc_per_node N benchmarks/distributed.py --compiler C --wrap W`
 for C in eager, torch, kiln and W in ddp, fsdp (each in a fresh process group), then writes
-`all.json` (every run's result, or its failure and the end of its output) and `table.md`:
+`all.json` (every run's result, or its failure and the end of its output) and `table.md`
+(variants left out with --compilers/--wraps are taken from an earlier run's `C_W.json` in the
+same folder, so a long sweep can be split over several invocations):
 step time, tokens/s and peak memory per GPU, communication overlap, and how far each loss
 curve is from eager's with the same wrapping (bf16 autocast: a few 1e-3 relative is noise).
 """
@@ -115,9 +117,17 @@ def main(argv=None) -> int:
     p.add_argument("extra", nargs="*", help="passed on to distributed.py (after --)")
     args = p.parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)
-    results = [
-        run_one(c, w, args) for w in args.wraps.split(",") for c in args.compilers.split(",")
-    ]
+    wanted = {(c, w) for c in args.compilers.split(",") for w in args.wraps.split(",")}
+    results = []
+    for w in WRAPS:
+        for c in COMPILERS:
+            if (c, w) in wanted:
+                results.append(run_one(c, w, args))
+                continue
+            earlier = os.path.join(args.out_dir, f"{c}_{w}.json")
+            if os.path.exists(earlier):  # a variant run by an earlier invocation: in the table
+                with open(earlier) as f:
+                    results.append(json.load(f))
     with open(os.path.join(args.out_dir, "all.json"), "w") as f:
         json.dump(results, f, indent=1)
     md = table(results)

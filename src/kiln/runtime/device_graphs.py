@@ -17,7 +17,10 @@ raise a clear error when read after a later replay overwrote them. Outputs of a 
 Falls back to running the callable as it is, logging why once under `KILN_LOGS=perf_hints`, for:
 tensors on a device without a graph implementation (CPU), inputs the callable mutates (seen by
 `_version` across the warm-up), more than `max_shapes` signatures, and capture errors (ops that
-cannot be captured). A training forward also runs without its graph when the backward of its
+cannot be captured), and graphs that communicate (functional collectives, `_c10d_functional.*`:
+a capture must happen on every rank in lock-step, and a collective replayed by one rank and
+run normally by another hangs both; `device_graph_refusal`). A training forward also runs
+without its graph when the backward of its
 previous replay has not run yet (its saved activations live in the graph's buffers), unless
 `kiln.mark_step_begin()` was called in between.
 
@@ -48,6 +51,7 @@ __all__ = [
     "GraphGroup",
     "GraphedCallable",
     "CUDA_GRAPHS",
+    "device_graph_refusal",
     "mark_step_begin",
     "wrap_compilers",
 ]
@@ -426,6 +430,27 @@ def graphed(fn: Callable, group: GraphGroup | None = None, **kwargs: Any) -> Gra
     return GraphedCallable(fn, group or GraphGroup(), **kwargs)
 
 
+_COMM_NAMESPACES = ("_c10d_functional", "_c10d_functional_autograd", "c10d", "_dtensor")
+
+
+def device_graph_refusal(gm: torch.fx.GraphModule) -> str | None:
+    """Why `gm` must not replay as a device graph, or None. A graph with collective
+    communication runs its kernels normally: capturing it needs every rank to capture the same
+    collectives at the same time (a replay on one rank against a normal run on another hangs
+    both), which kiln's per-process warm-up and capture do not coordinate. DDP's and FSDP's own
+    communication never reaches a graph (capture/data_parallel.py: it runs between graphs), so
+    `kiln.compile(DDP(model), mode="reduce-overhead")` replays the model's graphs as usual."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            if node.target.namespace in _COMM_NAMESPACES:
+                return (
+                    f"not replayed as a device graph: it communicates ({node.target.name()}); "
+                    "capturing collectives needs every rank to capture in lock-step, which "
+                    "kiln does not coordinate; its kernels run normally"
+                )
+    return None
+
+
 def wrap_compilers(
     fw_compiler: Callable, bw_compiler: Callable, group: GraphGroup
 ) -> dict[str, Callable]:
@@ -435,6 +460,14 @@ def wrap_compilers(
     the backward, then its forward) so the backward can release the forward's pending replay;
     either order pairs them."""
     unpaired: list[tuple[str, GraphedCallable, bool]] = []  # (name, graph, backward reads it)
+
+    def refused(gm, compiled: Callable) -> Callable | None:
+        reason = device_graph_refusal(gm)
+        if reason is None:
+            return None
+        logs.once(f"dg-refused:{group.label}", "perf_hints", f"{group.label}: {reason}")
+        unpaired.clear()  # its partner, if graphed, has no graphed forward or backward to pair
+        return compiled
 
     def pair(name: str, g: GraphedCallable, reads: bool = True) -> None:
         if not unpaired or unpaired[-1][0] == name:
@@ -451,21 +484,29 @@ def wrap_compilers(
 
     def fw(gm, example_inputs):
         compiled = fw_compiler(gm, example_inputs)
+        plain = refused(gm, compiled)
+        if plain is not None:
+            return plain
         g = GraphedCallable(compiled, group, name="forward", static_inputs=group.static_inputs)
         g.pending_tracking = True
         pair("forward", g)
         return g
 
     def bw(gm, example_inputs):
-        g = GraphedCallable(
-            bw_compiler(gm, example_inputs), group, name="backward", clone_outputs=True
-        )
+        compiled = bw_compiler(gm, example_inputs)
+        plain = refused(gm, compiled)
+        if plain is not None:
+            return plain
+        g = GraphedCallable(compiled, group, name="backward", clone_outputs=True)
         saved = [n for n in gm.graph.find_nodes(op="placeholder") if "tangent" not in n.name]
         pair("backward", g, bool(saved))
         return g
 
     def inference(gm, example_inputs):
         compiled = fw_compiler(gm, example_inputs)
+        plain = refused(gm, compiled)
+        if plain is not None:
+            return plain
         return GraphedCallable(compiled, group, name="inference", static_inputs=group.static_inputs)
 
     return {"fw_compiler": fw, "bw_compiler": bw, "inference_compiler": inference}
