@@ -108,7 +108,13 @@ def build_model(tiny: bool):
 
 
 # ---- communication overlap from a profiler trace -----------------------------------------------
-COMM_KINDS = {"allreduce": ("allreduce", "all_reduce"), "reducescatter": ("reducescatter",)}
+# gradient communication (DDP: all-reduce; FSDP2: reduce-scatter) and FSDP2's parameter
+# all-gather, by NCCL kernel name (ncclDevKernel_AllReduce_Sum_f32_RING_LL, ...)
+COMM_KINDS = {
+    "allreduce": ("allreduce",),
+    "reducescatter": ("reducescatter",),
+    "allgather": ("allgather",),
+}
 
 
 def _union(intervals):

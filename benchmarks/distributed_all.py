@@ -60,8 +60,8 @@ def _overlap(result) -> str:
     if not per or per[0] == "n/a":
         return "n/a"
     parts = []
-    for kind in ("allreduce", "reducescatter"):
-        fr = [r[kind]["overlapped"] for r in per if r[kind]["overlapped"] is not None]
+    for kind in ("allreduce", "reducescatter", "allgather"):
+        fr = [r[kind]["overlapped"] for r in per if r.get(kind, {}).get("overlapped") is not None]
         if fr:
             parts.append(f"{kind} {100 * sum(fr) / len(fr):.0f}%")
     return ", ".join(parts) or "no comm kernels"
