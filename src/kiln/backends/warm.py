@@ -159,7 +159,9 @@ class WarmStore:
 def graph_key(gm: torch.fx.GraphModule) -> str:
     """A digest of a captured graph: its code, its call targets and attributes, node marks and
     its inputs as capture described them (see the module doc)."""
-    parts = [gm.code]
+    # the code as `gm.code` spells it, without compiling it: a graph capture left lazy
+    # (lazy_graphs.py) is never run on a warm start
+    parts = [gm.graph.python_code(root_module="self").src]
     for node in gm.graph.nodes:
         if node.op in ("call_function", "call_method"):
             parts.append(f"{node.name}={_target(node.target)}")
