@@ -130,7 +130,7 @@ def test_recompile_log_names_guard_and_value():
     finally:
         kiln.set_logs()
     text = "\n".join(log.messages)
-    assert "L['x']" in text and "shape=[5]" in text, text
+    assert "L['x']" in text and "dim 0 changed from 2 to 5" in text, text
 
 
 def test_cache_limit_falls_back_to_eager_with_warning():

@@ -4,7 +4,10 @@ Takes the user's function, bound method or module and the frozen options; gives 
 A call runs the first cache entry whose guards hold. On a miss it traces the call (the trace
 *is* the call: its result is returned), hands the graph to the backend, and adds an entry.
 Past `cache_size_limit` entries, or when a frame cannot be captured, the callable runs
-eagerly and says why once.
+eagerly and says why once. A callable that reached the limit, or whose continuation (the rest
+of a call after a graph break) gave up, runs natively from then on: one attribute test per
+call, no guard checks, no kiln interpreter (a continuation has no native code of its own, so a
+given-up continuation would otherwise run the rest of every call in kiln's interpreter).
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ class CompiledFunction:
         self.entry_sources: list[str] = []
         self.entry_guards: list[tuple] = []
         self.eager_reason: str | None = None
+        # set when this callable gave up for good: every call runs `root_callable` natively
+        # without looking at the entries (see `run_natively`)
+        self.native_only = False
         self.compiles = 0
         self.breaks: list[tuple[str, str, str]] = []  # (reason, where, hint), for explain
         self.graph_modules: list[fx.GraphModule] = []  # every graph this callable compiled
@@ -126,8 +132,8 @@ class CompiledFunction:
     def __call__(self, /, *args, **kwargs):
         # `self` is positional-only: a user keyword named `self` belongs to `kwargs`
         try:
-            if is_tracing():  # reached natively from inside another trace: just run it
-                return self.root_callable(*args, **kwargs)
+            if self.native_only or is_tracing():  # given up, or reached natively from inside
+                return self.root_callable(*args, **kwargs)  # another trace: just run it
             for entry in self.entries:
                 result = entry(*args, **kwargs)
                 if result is not MISS:
@@ -155,6 +161,7 @@ class CompiledFunction:
             self.eager_reason = "cache size limit"
             logs.log("fallbacks", f"{self.label}: cache_size_limit reached; {failures}")
             eager_notice.warn_recompile_limit(self, len(self.entries), failures)
+            self.run_natively()
             return self.run_eagerly(args, kwargs)
         if self.entries and logs.is_on("recompiles"):
             logs.log(
@@ -319,6 +326,12 @@ class CompiledFunction:
     def run_eagerly(self, args: tuple, kwargs: dict):
         return self.root_callable(*args, **kwargs)
 
+    def run_natively(self) -> None:
+        """From the next call on, run the function as written, natively: past the entry limit
+        no new entry is made, and the old ones (traced for other sizes or values, which is why
+        the limit was reached) are not consulted either, so a given-up call costs one test."""
+        self.native_only = True
+
     def _install(self, tracer: Tracer, result: Any, tail=None) -> None:
         """Compile the trace's graph and add a cache entry. `tail(rb)` may replace the final
         `return` with lines of its own (a graph break's step and continuation call)."""
@@ -416,6 +429,7 @@ class CompiledFunction:
         self.entry_sources.clear()
         self.entry_guards.clear()
         self.eager_reason = None
+        self.native_only = False
 
 
 def settle_effects(tracer: Tracer) -> None:
@@ -483,6 +497,21 @@ class Continuation(CompiledFunction):
         interp.root_frame = frames[0]
         interp.root_resumable = True
         return resume_chain(interp, frames)
+
+    def _give_up(self, reason: str, tracer, where: str = "", hint: str = "") -> None:
+        super()._give_up(reason, tracer, where, hint)
+        self.run_natively()
+
+    def run_natively(self) -> None:
+        """A continuation has no native code: only kiln's interpreter can run the rest of a
+        call from the middle of a frame (35 times slower than eager on a small decoder). Once
+        it gives up, the function it belongs to runs natively from its next call on; this call
+        finishes in the interpreter."""
+        self.root_cf.eager_reason = self.root_cf.eager_reason or (
+            f"the rest of the call after a graph break runs eagerly ({self.label}: "
+            f"{(self.eager_reason or 'cache size limit').splitlines()[0]})"
+        )
+        self.root_cf.run_natively()
 
     def run_eagerly(self, args: tuple, kwargs: dict):
         interp = breaks.concrete_interpreter(self)

@@ -9,6 +9,7 @@ the value that broke it (what `KILN_LOGS=recompiles` prints).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable
 
 import torch
@@ -91,7 +92,10 @@ class Guard:
         return ", ".join(names), self.check.format(s=s, **{k: f"___r_{k}" for k in self.held})
 
     def describe(self) -> str:
-        where = self.source.describe() if self.source is not None else "global state"
+        if self.source is not None:
+            where = self.source.describe()
+        else:  # a fact about sizes (symbolic.py, dynamic.py), or about the process's state
+            where = "sizes" if self.kind in ("SYM", "SHAPE") else "global state"
         return f"{where}: {self.text or self.kind}"
 
     def key(self) -> tuple:
@@ -336,23 +340,57 @@ class GuardSet:
 def explain_failure(
     guards: list[Guard], namer: Namer, params: str, args, kwargs, defaults=(), kwdefaults=None
 ) -> str | None:
-    """Evaluate guards one by one on a call's arguments; describe the first that fails."""
+    """Evaluate guards one by one on a call's arguments; describe the first that fails, naming
+    what changed: a tensor's dimension with its old and new size, or for a fact about sizes
+    (`x.size(1) == 200`, a shape-environment fact) the sizes it reads, now."""
     for g in guards:
-        src = f"def ___probe({params}):\n    return ({g.expr(namer)}), "
+        code = g.expr(namer)
+        sizes = sorted(set(_SIZE_READ.findall(code))) if g.source is None else []
+        src = f"def ___probe({params}):\n    return ({code}), "
         value_expr = g.source.expr(namer) if g.source is not None else "None"
-        src += f"{value_expr}\n"
+        src += f"{value_expr}, ({''.join(e + ', ' for e in sizes)})\n"
         scope = dict(namer.namespace)
         try:
             exec(src, scope)
             probe = scope["___probe"]
             probe.__defaults__ = tuple(defaults) or None
             probe.__kwdefaults__ = dict(kwdefaults) if kwdefaults else None
-            ok, value = probe(*args, **kwargs)
+            ok, value, size_values = probe(*args, **kwargs)
         except Exception as e:  # a missing attribute or index is itself the failure
             return f"{g.describe()} -- evaluating it raised {type(e).__name__}: {e}"
         if not ok:
+            if sizes:
+                now = ", ".join(f"{e} is {v}" for e, v in zip(sizes, size_values))
+                return f"{g.describe()} -- now {now}"
+            changed = _tensor_change(g, value)
+            if changed:
+                return f"{g.source.describe()}: {changed}"  # type: ignore[union-attr]
             return f"{g.describe()} -- now {_show(value)}"
     return None
+
+
+# a size read in guard code: `x.size(1)`, `kwargs['input_ids'].size(0)`, `self.w.size(2)`
+_SIZE_READ = re.compile(r"((?:[A-Za-z_]\w*)(?:\.[A-Za-z_]\w*|\[[^\]]+\])*\.size\(\d+\))")
+_STATIC_SIZE = re.compile(r"\{s\}\.size\((\d+)\) == (\d+)")
+
+
+def _tensor_change(g: Guard, value: Any) -> str:
+    """The dimension(s) whose size changed between a failed tensor guard and the tensor now,
+    with the old and new size; "" when no size changed or the value is no tensor."""
+    if g.kind != "TENSOR" or not isinstance(value, torch.Tensor):
+        return ""
+    if "sh" in g.held:
+        old = dict(enumerate(g.held["sh"]))
+        if len(old) != value.dim():
+            return f"has {value.dim()} dimensions, was traced with {len(old)} ({g.text})"
+    else:  # a dynamic tensor guard: its static dimensions are written into the check
+        old = {int(d): int(n) for d, n in _STATIC_SIZE.findall(g.check)}
+    shape = list(value.shape)
+    dims = [d for d, n in old.items() if d < value.dim() and shape[d] != n]
+    if dims:
+        what = ", ".join(f"size of dim {d} changed from {old[d]} to {shape[d]}" for d in dims)
+        return f"{what} (shape now {shape}; traced with {g.text})"
+    return ""  # dtype, strides or requires_grad: the whole old and new description says it
 
 
 def _show(value: Any) -> str:
