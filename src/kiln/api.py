@@ -70,8 +70,10 @@ def _compile_one(model: Callable, opts: Options, disable: bool):
     if isinstance(model, torch.nn.Module):
         if data_parallel.is_data_parallel(model):
             return _data_parallel_module(model, opts, backend)
-        return OptimizedModule(model, frontend.CompiledFunction.for_module(model, opts, backend))
-    compiled = frontend.CompiledFunction.for_callable(model, opts, backend)
+        return OptimizedModule(
+            model, _shape_handled(frontend.CompiledFunction.for_module(model, opts, backend), opts)
+        )
+    compiled = _shape_handled(frontend.CompiledFunction.for_callable(model, opts, backend), opts)
 
     @functools.wraps(model)
     def compiled_fn(*args, **kwargs):
@@ -104,6 +106,17 @@ def _hooks_outside(wrapper: OptimizedModule):
     d["_kiln_compiled"] = forward
     call = d["_kiln_call"] = data_parallel.HooksOutsideCall(mod, forward)
     return call
+
+
+def _shape_handled(compiled, opts: Options):
+    """The compiled callable, padding inputs to gears and slicing outputs back when
+    `options={"enable_shape_handling": True, ...}` asks (runtime/shape_handling.py); the
+    configs are checked here, at compile time."""
+    if not opts.get("enable_shape_handling"):
+        return compiled
+    from .runtime.shape_handling import ShapeHandled, parse_configs
+
+    return ShapeHandled(compiled, parse_configs(opts.get("shape_handling_configs")))
 
 
 _warned_unsupported = False
@@ -296,17 +309,49 @@ def allow_in_graph(fn: Callable) -> Callable:
 
 
 def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> None:
-    """Treat dimension(s) `dim` of `t` as dynamic: compiled once for any size there."""
+    """Treat dimension(s) `dim` of `t` as dynamic: compiled once for any size there. Wins over
+    `mark_static` and over `dynamic=False`, as torch.compile's does. kiln never raises when the
+    program then pins the size (it guards it: see docs/dynamic_shapes.md)."""
+    _mark(t, dim, "_kiln_dynamic_dims", "mark_dynamic")
+
+
+def maybe_mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> None:
+    """Like `mark_dynamic`, a hint rather than a demand (torch.compiler's name): the dimension
+    is symbolic from the first call, and a program that pins it just gets a guard. kiln's
+    `mark_dynamic` never raises either, so the two differ only in name."""
+    _mark(t, dim, "_kiln_dynamic_dims", "maybe_mark_dynamic")
+
+
+def mark_static(t, dim: int | list[int] | tuple[int, ...] | None = None):
+    """Never treat dimension(s) `dim` of `t` (all of them when None) as dynamic, under
+    `dynamic=True` or when the size changes under `dynamic=None` (each size then is its own
+    entry); `mark_dynamic` wins over it. An `nn.Module` class is accepted too, as by
+    torch.compiler, and returned: kiln already keeps a module's Python attributes constant
+    (guarded), so nothing else changes."""
+    if isinstance(t, type) and issubclass(t, torch.nn.Module):
+        t._kiln_marked_static = True  # type: ignore[attr-defined]
+        return t
+    if dim is None:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(
+                f"kiln.mark_static: expected a tensor or an nn.Module class, got {type(t).__name__}"
+            )
+        dim = list(range(t.dim()))
+    _mark(t, dim, "_kiln_static_dims", "mark_static")
+    return None
+
+
+def _mark(t, dim, attr: str, name: str) -> None:
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"kiln.mark_dynamic: expected a tensor, got {type(t).__name__}")
+        raise TypeError(f"kiln.{name}: expected a tensor, got {type(t).__name__}")
     dims = [dim] if isinstance(dim, int) else list(dim)
     for d in dims:
+        if not isinstance(d, int) or isinstance(d, bool):
+            raise TypeError(f"kiln.{name}: dimensions are ints, got {d!r}")
         if not -t.dim() <= d < max(t.dim(), 1):
-            raise IndexError(
-                f"kiln.mark_dynamic: dimension {d} out of range for a {t.dim()}-d tensor"
-            )
-    existing = set(getattr(t, "_kiln_dynamic_dims", ()))
-    t._kiln_dynamic_dims = existing | {d % t.dim() for d in dims}
+            raise IndexError(f"kiln.{name}: dimension {d} out of range for a {t.dim()}-d tensor")
+    existing = set(getattr(t, attr, ()))
+    setattr(t, attr, existing | {d % max(t.dim(), 1) for d in dims})
 
 
 def explain(fn: Callable, **compile_kwargs):

@@ -34,6 +34,9 @@ MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagrap
 #   debug.verify_ir, debug.fuel  the scheduler's IR verifier and fusion fuel (codegen stages)
 #   compile.async            compile in a background thread, calls run eagerly until it is done
 #                            (backends/builtin.py -> runtime/async_compile.py)
+#   enable_shape_handling, shape_handling_configs  pad inputs up to a few sizes ("gears") and
+#                            slice outputs back (runtime/shape_handling.py, applied by api.py
+#                            around the compiled callable; configs are validated there)
 KNOWN_OPTIONS: dict[str, tuple[Any, type | tuple[type, ...]]] = {
     "triton.cudagraphs": (False, bool),
     "triton.emulate_precision_casts": (False, bool),
@@ -58,6 +61,8 @@ KNOWN_OPTIONS: dict[str, tuple[Any, type | tuple[type, ...]]] = {
     # eager and is recorded as a fallback with its reason. kiln.reset() drops queued compiles.
     # Off by default: the first calls are then slower (eager) but no call ever waits.
     "compile.async": (False, bool),
+    "enable_shape_handling": (False, bool),
+    "shape_handling_configs": (None, (list, tuple, type(None))),
 }
 
 # Option values kiln accepts but cannot honour yet: each warns once instead of being refused,
@@ -242,6 +247,12 @@ def build_options(
         config["cache_size_limit"] = _env_cache_size_limit()
     _check_backend_reads(backend, mode, config)
     _check_trace(config)
+    if config.get("shape_handling_configs") is not None and not config.get("enable_shape_handling"):
+        raise ValueError(
+            "kiln.compile: options sets 'shape_handling_configs' but not "
+            "'enable_shape_handling', so nothing would be padded. Add "
+            "'enable_shape_handling': True (or drop the configs)."
+        )
     return Options(
         backend=backend,
         mode=mode,

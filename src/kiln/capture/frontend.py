@@ -280,26 +280,32 @@ class CompiledFunction:
         return calls.interp_call(interp, root, args, kwargs)
 
     def _dynamic_dims(self, source, t: torch.Tensor) -> set[int]:
-        """Which dimensions of an input tensor are symbolic in this trace.
+        """Which dimensions of an input tensor are symbolic in this trace (torch.compile's rules).
 
-        dynamic=False: none. dynamic=True: all. dynamic=None (automatic): those marked with
-        kiln.mark_dynamic, plus those whose size differed from the previous trace's (they stay
-        dynamic from then on). Parameters and buffers (held sources) are always static."""
-        if self.opts.dynamic is False or isinstance(source, ConstSource):
+        `kiln.mark_dynamic`/`maybe_mark_dynamic` dims always (even under dynamic=False, as
+        torch.compile does). Then dynamic=False: no other. dynamic=True: every other dim but
+        those `kiln.mark_static` names. dynamic=None (automatic): those whose size differed
+        from the previous trace's (they stay dynamic from then on), but not those marked
+        static, which get an entry per size. Parameters and buffers (held sources) are always
+        static."""
+        if isinstance(source, ConstSource):
             return set()
-        dims = set(getattr(t, "_kiln_dynamic_dims", ()))
+        marked = set(getattr(t, "_kiln_dynamic_dims", ()))
+        static = set(getattr(t, "_kiln_static_dims", ())) - marked
         key = source.describe()
-        if self.opts.dynamic is True:
-            dims |= set(range(t.dim()))
+        if self.opts.dynamic is False:
+            dims = set()
+        elif self.opts.dynamic is True:
+            dims = set(range(t.dim()))
         else:
             prev = self.seen_shapes.get(key)
             if prev is not None and len(prev) == t.dim():
                 changed = {d for d in range(t.dim()) if prev[d] != t.size(d)}
                 if changed:
                     self.auto_dynamic.setdefault(key, set()).update(changed)
-            dims |= self.auto_dynamic.get(key, set())
+            dims = set(self.auto_dynamic.get(key, set()))
         self.seen_shapes[key] = tuple(t.shape)
-        return dims
+        return (dims - static) | marked
 
     def _dynamic_float(self, source, value: float) -> bool:
         """Whether a float item of a dict is a graph input in this trace: once its value at

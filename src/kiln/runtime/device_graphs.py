@@ -32,6 +32,7 @@ runner). Another device names its own as `Device.graph_runner` (kiln.devices).
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from typing import Any, Callable, Sequence
 
 import torch
@@ -57,6 +58,10 @@ __all__ = [
 ]
 
 DEFAULT_MAX_SHAPES = 8
+
+# graphs recorded in this process, by the label of their group (a compiled function's name):
+# what shape handling's gears are measured by (runtime/shape_handling.py, its GPU test)
+RECORDED: Counter[str] = Counter()
 
 
 class DeviceGraphs:
@@ -356,6 +361,7 @@ class GraphedCallable:
             i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not self._is_static(i)
         ]
         self.recorded[key] = rec
+        RECORDED[self.group.label] += 1
         return self._replay(key, rec, impl_name, args)
 
     def _static_copy(self, i: int, a: Any) -> Any:
