@@ -389,7 +389,7 @@ def _tensor_change(g: Guard, value: Any) -> str:
     dims = [d for d, n in old.items() if d < value.dim() and shape[d] != n]
     if dims:
         what = ", ".join(f"size of dim {d} changed from {old[d]} to {shape[d]}" for d in dims)
-        return f"{what} (shape now {shape}; traced with {g.text})"
+        return f"{what} (now shape={shape}; traced with {g.text})"
     return ""  # dtype, strides or requires_grad: the whole old and new description says it
 
 
