@@ -1,6 +1,6 @@
 """Builtins with interpreter semantics: `getattr`, `hasattr`, `setattr`, `delattr`, `print`,
-`len`, `iter`, `warnings.warn` (replayed: effect_calls.py), and those that look at the
-calling frame: `locals`, `vars`, `globals`, `dir`.
+`len`, `iter`, `warnings.warn` (replayed: effect_calls.py), `min`/`max` of symbolic sizes
+(kept symbolic), and those that look at the calling frame: `locals`, `vars`, `globals`, `dir`.
 
 Takes the call's arguments; gives what the builtin returns, but through kiln's own attribute
 and dunder handling, so what they read is guarded (getattr), what they change is replayed
@@ -11,6 +11,7 @@ the interpreted frame's variables (natively it would show kiln's own).
 from __future__ import annotations
 
 import builtins
+import operator
 import types
 import warnings
 
@@ -18,6 +19,7 @@ import torch
 
 from . import effect_calls
 from .attributes import delete_attr, load_attr, python_dunder, store_attr
+from .symbolic import _Sym, pick
 
 
 def interp_call(interp, fn, args, kwargs):
@@ -139,7 +141,27 @@ def _iter(interp, args, kwargs):
     return iter(interp_call(interp, fn, (args[0],), {})) if fn else iter(*args)
 
 
+def _minmax(op, native):
+    """`min`/`max` over numbers of which some are symbolic (a size, `min(n, 6)`): guarded
+    comparisons, the chosen value kept symbolic (symbolic.pick); otherwise the builtin."""
+
+    def special(interp, args, kwargs):
+        values = list(args[0]) if len(args) == 1 and type(args[0]) in (list, tuple) else args
+        if (
+            not kwargs
+            and values
+            and any(isinstance(v, _Sym) for v in values)
+            and all(isinstance(v, _Sym) or type(v) in (int, float, bool) for v in values)
+        ):
+            return pick(op, list(values))
+        return native_call(interp, native, args, kwargs)
+
+    return special
+
+
 SPECIAL = {
+    builtins.min: _minmax(operator.lt, builtins.min),
+    builtins.max: _minmax(operator.gt, builtins.max),
     builtins.getattr: _getattr,
     builtins.hasattr: _hasattr,
     builtins.setattr: _setattr,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import math
 import operator
 import types
 import weakref
@@ -33,6 +34,7 @@ from .attributes import (  # noqa: F401  (re-exported: handlers import them from
 from .effect_calls import LOGGER_TYPES, is_log_name
 from .sources import WeakRefSource
 from .symbolic import _Sym
+from .symbolic import convert as sym_convert
 from .symbolic import plain as sym_plain
 
 # Python functions run natively rather than inlined: torch APIs that dispatch through
@@ -443,6 +445,10 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
     special = _SPECIAL.get(fn) if _hashable(fn) else None
     if special is not None:
         return special(interp, args, kwargs)
+    if fn in _CONVERTING and len(args) == 1 and not kwargs and isinstance(args[0], _Sym):
+        converted = sym_convert(fn, args[0])  # math.ceil(n / 8), round(n / 2), index(n)
+        if converted is not None:
+            return converted
     if type(owner) is ContextVar or getattr(fn, "__objclass__", None) is ContextVar:
         return context_vars.call(interp, fn, args, kwargs)
     name = getattr(fn, "__name__", type(fn).__name__)
@@ -604,6 +610,11 @@ def _trampolines(interp, args: tuple) -> tuple:
 
 
 def call_class(interp, cls: type, args: tuple, kwargs: dict) -> Any:
+    if (cls is int or cls is float) and len(args) == 1 and not kwargs:
+        if isinstance(args[0], _Sym):  # `int(x.shape[1])`: stays symbolic (symbolic.convert)
+            converted = sym_convert(cls, args[0])
+            if converted is not None:
+                return converted
     if interp.tracer.float_slots.slots:  # `dict(group)`, `copy(group)`: exact values
         interp.tracer.float_slots.escape(args, tuple(kwargs.values()))
     if cls is super and not args:
@@ -659,6 +670,8 @@ def _zero_arg_super(interp):
 
 
 from .builtin_specials import SPECIAL as _SPECIAL  # noqa: E402
+
+_CONVERTING = (math.ceil, math.floor, round, operator.index)
 from .module_calls import call_module  # noqa: E402
 
 

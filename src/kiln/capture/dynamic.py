@@ -14,6 +14,8 @@ no size is specialized up front; what the program and PyTorch's kernels rely on 
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,8 +126,18 @@ class DynamicShapes:
         return False, repr(value)
 
     def guards(self) -> list[G.Guard]:
+        """The shape environment's facts as guards. A fact the printer writes with `math.` or
+        `torch.` (a float size `torch.sym_float(n)`, `math.ceil`, from arange with a float
+        step, a mean's count) holds those modules as guard constants: the entry's namespace
+        has neither name, and a guard that raises NameError misses on every call."""
         out = []
         for g in self.shape_env.guards:
             text = self.render(g.expr)
-            out.append(G.Guard(None, "SHAPE", f"({text})", {}, f"shape fact {text}"))
+            check = _MODULE_REF.sub(r"{\1}.", text.replace("{", "{{").replace("}", "}}"))
+            held = {m: _MODULES[m] for m in set(_MODULE_REF.findall(text))}
+            out.append(G.Guard(None, "SHAPE", f"({check})", held, f"shape fact {text}"))
         return out
+
+
+_MODULES = {"math": math, "torch": torch}
+_MODULE_REF = re.compile(r"\b(math|torch)\.")

@@ -18,6 +18,7 @@ from .attributes import _class_attr
 from .bytecode import NULL, opcode
 from .calls import delete_attr, load_attr, store_attr
 from .sources import CellSource, ConstSource, GlobalSource, ItemSource
+from .symbolic import apply as sym_apply
 
 
 @opcode("PRECALL", until=(3, 12))
@@ -355,7 +356,7 @@ def op_binary_op(interp, frame, inst):
     sym = bc.BINARY_OPS[inst.arg]
     if sym.endswith("=") and isinstance(lhs, (list, dict, set)):
         _note_container_mutation(interp, lhs)
-    frame.stack.append(BINARY[sym](lhs, rhs))
+    frame.stack.append(sym_apply(BINARY[sym], lhs, rhs))
 
 
 def _note_container_mutation(interp, obj):
@@ -370,9 +371,9 @@ def op_compare_op(interp, frame, inst):
     lhs = frame.stack.pop()
     sym = inst.argval
     if sym.startswith("bool("):  # 3.13 marks a comparison whose result feeds a branch
-        frame.stack.append(bool(COMPARE[sym[5:-1]](lhs, rhs)))
+        frame.stack.append(bool(sym_apply(COMPARE[sym[5:-1]], lhs, rhs)))
     else:
-        frame.stack.append(COMPARE[sym](lhs, rhs))
+        frame.stack.append(sym_apply(COMPARE[sym], lhs, rhs))
 
 
 @opcode("IS_OP")

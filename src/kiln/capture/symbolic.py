@@ -11,6 +11,7 @@ value is guarded and a plain number continues.
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
@@ -130,6 +131,92 @@ def _plain_object(value) -> bool:
 
 
 _HEAP_TYPE = 1 << 9
+
+
+_REFLECTED = {
+    operator.add: "__radd__",
+    operator.sub: "__rsub__",
+    operator.mul: "__rmul__",
+    operator.truediv: "__rtruediv__",
+    operator.floordiv: "__rfloordiv__",
+    operator.mod: "__rmod__",
+    operator.pow: "__rpow__",
+    operator.iadd: "__radd__",
+    operator.isub: "__rsub__",
+    operator.imul: "__rmul__",
+    operator.itruediv: "__rtruediv__",
+    operator.ifloordiv: "__rfloordiv__",
+    operator.imod: "__rmod__",
+    operator.ipow: "__rpow__",
+}
+# `a < b` asks `b > a` when b's type is a subclass of a's (Python's rule), else a first
+_SWAPPED = {
+    operator.lt: "__gt__",
+    operator.le: "__ge__",
+    operator.gt: "__lt__",
+    operator.ge: "__le__",
+    operator.eq: "__eq__",
+    operator.ne: "__ne__",
+}
+
+
+def apply(op, lhs, rhs):
+    """`op(lhs, rhs)` for the interpreter's operators, with a symbolic number on the right
+    asked first when Python would not ask it: a plain float (or bool) on the left of a SymInt
+    is no base of it, so `1.0 / n` or `0.5 < n` would otherwise be computed by float's own
+    method from the int value, unrecorded and unguarded, and the entry would keep that one
+    size's result for every size."""
+    if isinstance(rhs, _Sym) and not isinstance(lhs, _Sym) and type(lhs) in (float, bool):
+        name = _REFLECTED.get(op) or _SWAPPED.get(op)
+        if name is not None:
+            result = getattr(rhs, name)(lhs)
+            if result is not NotImplemented:
+                return result
+    return op(lhs, rhs)
+
+
+def pick(op, values: list):
+    """`min`/`max` of numbers, some symbolic: the comparisons guard their outcome and the
+    chosen value stays what it was (a size stays a graph value), instead of the builtin
+    specializing every symbolic argument to its exact value."""
+    best = values[0]
+    for v in values[1:]:
+        if apply(op, v, best):  # max: v > best; min: v < best (the first of equals wins)
+            best = v
+    return best
+
+
+def convert(fn, value):
+    """`int(n)`, `float(n)`, `operator.index(n)`, `math.ceil(x)`, `math.floor(x)`, `round(x)`
+    of a symbolic number, kept symbolic (recorded, guarded by later use) instead of
+    specialized: `int(x.shape[1])` and `math.ceil(n / 8) * 8` are everyday library code,
+    and each used to pin the size. None when `fn` has no symbolic form for `value`."""
+    v = value._plain()
+    if fn in (int, operator.index) and isinstance(value, int):
+        return value
+    if fn is float and isinstance(value, float):
+        return value
+    if fn is float:  # of a SymInt
+        return _unary(value, torch.sym_float, float(v), "float({})")
+    if isinstance(value, float) and fn in _ROUNDING:
+        target, text = _ROUNDING[fn]
+        return _unary(value, target, fn(v), text)
+    return None
+
+
+def _unary(value, target, result, text: str):
+    tracer = value._tracer
+    node = tracer.graph.call_function(target, (value._node,))
+    fake = target(value._fake) if value._fake is not None else None
+    return make(tracer, result, node, text.format(value._expr), fake)
+
+
+# written with builtins only: guard code has no `math` in its namespace
+_ROUNDING = {
+    math.ceil: (math.ceil, "int(-(-({}) // 1))"),
+    math.floor: (math.floor, "int(({}) // 1)"),
+    round: (round, "round({})"),
+}
 
 
 def _operand(v):
