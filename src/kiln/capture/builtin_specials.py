@@ -1,5 +1,5 @@
 """Builtins with interpreter semantics: `getattr`, `hasattr`, `setattr`, `delattr`, `print`,
-`len`, `iter`, `warnings.warn` (replayed: effect_calls.py), `min`/`max` of symbolic sizes
+`len`, `iter`, `id`, `warnings.warn` (replayed: effect_calls.py), `min`/`max` of symbolic sizes
 (kept symbolic), and those that look at the calling frame: `locals`, `vars`, `globals`, `dir`.
 
 Takes the call's arguments; gives what the builtin returns, but through kiln's own attribute
@@ -159,7 +159,21 @@ def _minmax(op, native):
     return special
 
 
+def _id(interp, args, kwargs):
+    """`id(obj)` of an object from outside: a number that names that object, so a later call
+    gets the same number only for the same object (its identity is guarded)."""
+    if len(args) == 1 and not kwargs:
+        tracer = interp.tracer
+        src = tracer.source_of(args[0]) if tracer.recording else None
+        if src is not None:
+            from . import guards
+
+            tracer.guards.add(guards.id_guard(src, args[0]))
+    return id(*args, **kwargs)
+
+
 SPECIAL = {
+    builtins.id: _id,
     builtins.min: _minmax(operator.lt, builtins.min),
     builtins.max: _minmax(operator.gt, builtins.max),
     builtins.getattr: _getattr,

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, collectives, context_vars, effect_calls, environ
+from . import checkpoint, collectives, containers, context_vars, effect_calls, environ
 from .attributes import (  # noqa: F401  (re-exported: handlers import them from here)
     STRUCTURE,
     _attr_source,
@@ -453,16 +453,21 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
         return context_vars.call(interp, fn, args, kwargs)
     name = getattr(fn, "__name__", type(fn).__name__)
     if name == "get" and type(owner) is dict and tracer.float_slots.slots and args:
+        containers.pin_lookup(tracer, owner, args[0])
         sym = tracer.float_slots.read(owner, args[0])  # `group.get("lr")`: as group["lr"]
         if sym is not None:
             return sym
     if isinstance(owner, CONTAINERS) and not isinstance(owner, type):
+        if name in containers.LOOKUPS and args:
+            containers.pin_lookup(tracer, owner, args[0])
         if name in MUTATING and tracer.recording:
             note_container_mutation(tracer, owner)
         return native_call(interp, fn, _trampolines(interp, args), kwargs)
     if type(owner) is torch.Size and name == "numel" and any(isinstance(v, _Sym) for v in owner):
         return functools.reduce(operator.mul, owner, 1)  # symbolic (natively: a plain int)
     if isinstance(owner, (str, bytes, tuple, int, float, frozenset, range, slice, torch.Size)):
+        if name in containers.LOOKUPS and args and isinstance(owner, (tuple, frozenset)):
+            containers.pin_lookup(tracer, owner, args[0])
         return fn(*args, **kwargs)
     mod = getattr(fn, "__module__", None) or getattr(type(owner), "__module__", "") or ""
     if _hashable(fn) and fn in PURE_BUILTINS or mod in PURE_MODULES:

@@ -13,7 +13,7 @@ import types
 import torch
 
 from . import bytecode as bc
-from . import environ
+from . import containers, environ
 from .attributes import _class_attr
 from .bytecode import NULL, opcode
 from .calls import delete_attr, load_attr, store_attr
@@ -371,15 +371,59 @@ def op_compare_op(interp, frame, inst):
     lhs = frame.stack.pop()
     sym = inst.argval
     if sym.startswith("bool("):  # 3.13 marks a comparison whose result feeds a branch
-        frame.stack.append(bool(sym_apply(COMPARE[sym[5:-1]], lhs, rhs)))
+        frame.stack.append(bool(compare(interp, sym[5:-1], lhs, rhs)))
     else:
-        frame.stack.append(sym_apply(COMPARE[sym], lhs, rhs))
+        frame.stack.append(compare(interp, sym, lhs, rhs))
+
+
+# each comparison's method and its reflection (what `b.__gt__(a)` is to `a < b`)
+_RICH = {
+    "<": ("__lt__", "__gt__"),
+    "<=": ("__le__", "__ge__"),
+    "==": ("__eq__", "__eq__"),
+    "!=": ("__ne__", "__ne__"),
+    ">": ("__gt__", "__lt__"),
+    ">=": ("__ge__", "__le__"),
+}
+
+
+def compare(interp, sym: str, lhs, rhs):
+    """`lhs <sym> rhs`. When a class defines the comparison in Python (a dataclass's `__eq__`,
+    `functools.total_ordering`), Python's protocol runs here, on the interpreter, so what the
+    method reads (the objects' fields) is guarded; native code would run it unseen."""
+    from .calls import interp_call, python_dunder
+
+    if type(lhs) in _NATIVE_COMPARED and type(rhs) in _NATIVE_COMPARED:
+        return sym_apply(COMPARE[sym], lhs, rhs)
+    name, reflected = _RICH[sym]
+    order = [(lhs, name, rhs), (rhs, reflected, lhs)]
+    if type(rhs) is not type(lhs) and isinstance(rhs, type(lhs)):
+        order.reverse()  # a subclass's reflected method goes first, as in CPython
+    fns = [python_dunder(obj, meth) for obj, meth, _ in order]
+    if fns[0] is None and fns[1] is None:
+        return sym_apply(COMPARE[sym], lhs, rhs)
+    for (obj, meth, other), fn in zip(order, fns):
+        if fn is not None:
+            out = interp_call(interp, fn, (obj, other), {})
+        else:
+            out = getattr(type(obj), meth)(obj, other)
+        if out is not NotImplemented:
+            return out
+    if sym in ("==", "!="):
+        return (lhs is rhs) == (sym == "==")
+    return sym_apply(COMPARE[sym], lhs, rhs)  # raises the TypeError eager raises
+
+
+# types whose comparisons run no Python code of the program's
+_NATIVE_COMPARED = frozenset((int, float, bool, str, bytes, type(None), tuple, torch.Tensor))
 
 
 @opcode("IS_OP")
 def op_is_op(interp, frame, inst):
     rhs = frame.stack.pop()
     lhs = frame.stack.pop()
+    if interp.tracer.recording:
+        containers.pin_identity_test(interp.tracer, lhs, rhs)
     frame.stack.append((lhs is not rhs) if inst.arg else (lhs is rhs))
 
 
@@ -394,6 +438,8 @@ def op_contains_op(interp, frame, inst):
         frame.stack.append(not found if inst.arg else found)
         return
     fn = python_dunder(container, "__contains__")
+    if fn is None and isinstance(container, containers.LOOKED_IN):
+        containers.pin_lookup(interp.tracer, container, item)
     found = bool(interp_call(interp, fn, (container, item), {})) if fn else item in container
     frame.stack.append(not found if inst.arg else found)
 
@@ -435,6 +481,8 @@ def subscript(interp, container, key):
     if fn is not None:
         return interp_call(interp, fn, (container, key), {})
     tracer = interp.tracer
+    if isinstance(container, (dict, set, frozenset)):  # a lookup by the key's hash
+        containers.pin_lookup(tracer, container, key)
     if isinstance(container, dict) and type(container) is not dict and key not in container:
         if hasattr(type(container), "__missing__"):  # a defaultdict inserts the key
             _note_container_mutation(interp, container)
@@ -456,24 +504,7 @@ def subscript(interp, container, key):
                     if sym is not None:
                         return sym
                 tracer.track(value, ItemSource(src, key))
-    elif tracer.recording and isinstance(container, dict) and _identity_key(key):
-        # a dict keyed by objects (an optimizer's `state[param]`): the item is read through
-        # the key object itself, held by the guard code
-        src = tracer.source_of(container)
-        if src is not None and id(container) not in tracer.mutated_objs:
-            key_src = tracer.source_of(key)
-            label = key_src.describe() if key_src is not None else f"<{type(key).__name__}>"
-            tracer.track(value, ItemSource(src, key, label))
     return value
-
-
-def _identity_key(key) -> bool:
-    """A key hashed and compared by identity (a tensor, a module, a plain object): a lookup
-    with the same object finds the same item on every call."""
-    if isinstance(key, torch.Tensor):
-        return True
-    cls = type(key)
-    return cls.__hash__ is object.__hash__ and cls.__eq__ is object.__eq__
 
 
 @opcode("STORE_SUBSCR")
@@ -481,15 +512,17 @@ def op_store_subscr(interp, frame, inst):
     key = frame.stack.pop()
     container = frame.stack.pop()
     value = frame.stack.pop()
-    if isinstance(container, (list, dict)):
-        _note_container_mutation(interp, container)
-    elif not isinstance(container, torch.Tensor):
+    if type(container) not in (list, dict) and not isinstance(container, torch.Tensor):
         from .calls import interp_call, python_dunder
 
-        fn = python_dunder(container, "__setitem__")  # a user class's: what it changes is seen
+        # a user class's, or a list/dict subclass's override: it runs on the interpreter, so
+        # what it changes (the contents, through the base class's method) is seen
+        fn = python_dunder(container, "__setitem__")
         if fn is not None:
             interp_call(interp, fn, (container, key, value), {})
             return
+    if isinstance(container, (list, dict)):
+        _note_container_mutation(interp, container)
     container[key] = value
 
 
@@ -497,15 +530,15 @@ def op_store_subscr(interp, frame, inst):
 def op_delete_subscr(interp, frame, inst):
     key = frame.stack.pop()
     container = frame.stack.pop()
-    if isinstance(container, (list, dict)):
-        _note_container_mutation(interp, container)
-    elif not isinstance(container, torch.Tensor):
+    if type(container) not in (list, dict) and not isinstance(container, torch.Tensor):
         from .calls import interp_call, python_dunder
 
         fn = python_dunder(container, "__delitem__")
         if fn is not None:
             interp_call(interp, fn, (container, key), {})
             return
+    if isinstance(container, (list, dict)):
+        _note_container_mutation(interp, container)
     del container[key]
 
 

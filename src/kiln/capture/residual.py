@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .containers import builtin_base
 from .guards import CONSTANT_TYPES
 from .side_effects import Held
 from .sources import Namer
@@ -275,7 +276,7 @@ def side_effect_lines(tracer, rb: Rebuilder) -> list[str]:
             obj = eff.target
             # the final contents, written through the built-in type's own methods: a subclass's
             # overrides ran in the trace, and what they did besides is replayed on its own
-            base = namer.const(_builtin_base(type(obj)))
+            base = namer.const(builtin_base(type(obj)))
             if isinstance(obj, list):
                 lines.append(f"{base}.__setitem__({target}, slice(None), {rb.expr(list(obj))})")
             elif isinstance(obj, dict):
@@ -316,15 +317,6 @@ def _call_line(eff, rb: Rebuilder) -> str:
     parts = [arg(a) for a in eff.args]
     parts += [f"**{{{k!r}: {arg(v)}}}" for k, v in eff.kwargs.items()]
     return f"{rb.namer.const(eff.target, 'f')}({', '.join(parts)})"
-
-
-_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a `class` statement
-
-
-def _builtin_base(cls: type) -> type:
-    """The nearest class of `cls`'s MRO written in C (list, dict, OrderedDict, defaultdict):
-    its methods change the contents without running a Python subclass's overrides."""
-    return next(c for c in cls.__mro__ if not c.__flags__ & _HEAP_TYPE)
 
 
 def signature_text(sig: inspect.Signature) -> tuple[str, str, tuple, dict]:

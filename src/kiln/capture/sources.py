@@ -175,6 +175,9 @@ class ItemSource(Source):
     base: Source
     key: Any
     key_label: str = ""
+    # a subclass of list/dict/tuple is read through its C base class's `__getitem__` (`raw`):
+    # guards and input fetches must not run an override (see containers.py)
+    raw: Any = None
 
     def describe(self) -> str:
         if self.key_label:
@@ -182,9 +185,14 @@ class ItemSource(Source):
         return f"{self.base.describe()}[{self.key!r}]"
 
     def expr(self, namer: Namer) -> str:
-        if isinstance(self.key, (int, str, bool, type(None), float)):
-            return f"{self.base.expr(namer)}[{self.key!r}]"
-        return f"{self.base.expr(namer)}[{namer.const(self.key, 'k')}]"
+        k = self.key
+        if isinstance(k, (int, str, bool, type(None))) or type(k) is float and k - k == 0:
+            key = repr(k)
+        else:
+            key = namer.const(self.key, "k")
+        if self.raw is not None:
+            return f"{namer.const(self.raw, 'b')}.__getitem__({self.base.expr(namer)}, {key})"
+        return f"{self.base.expr(namer)}[{key}]"
 
 
 @dataclass(frozen=True, eq=False)

@@ -10,14 +10,12 @@ say) is a graph break: the trace goes on concretely, so the call still finishes 
 
 from __future__ import annotations
 
-import collections
 import contextvars
 import functools
 import operator
 import re
 import types
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +23,7 @@ import torch
 import torch.fx as fx
 from torch.overrides import TorchFunctionMode
 
+from . import containers
 from . import guards as G
 from .context_vars import ContextVarModel
 from .dynamic_floats import FloatSlots
@@ -175,28 +174,14 @@ class Tracer:
             if not isinstance(source, ConstSource):
                 self.guards.add(G.id_guard(source, value))
             return
-        if isinstance(value, tuple) and type(value) is not tuple and hasattr(value, "_fields"):
-            self.guards.add(G.len_guard(source, value))
-            for i, item in enumerate(value):
-                self.track(item, _item(source, i), depth + 1)
-        elif type(value) is tuple and all(type(v) in (int, str, bool, float) for v in value):
+        if type(value) is tuple and all(type(v) in (int, str, bool, float) for v in value):
             self.guards.add(G.constant_guard(source, value))
-        elif type(value) in (list, tuple, collections.deque) or _plain_subclass(value, list):
-            self.guards.add(G.len_guard(source, value))
-            for i, item in enumerate(value):
-                self.track(item, _item(source, i), depth + 1)
-        elif (type(value) in (dict, OrderedDict) or _plain_subclass(value, dict)) and all(
-            map(_constant_key, value)
-        ):
-            self.guards.add(G.keys_guard(source, value))
-            for k, item in value.items():
-                if type(item) is float and self.float_slots.offer(value, k, item, _item(source, k)):
-                    self.guards.add(G.type_guard(_item(source, k), item))  # see dynamic_floats
-                    continue
-                self.track(item, _item(source, k), depth + 1)
-        elif type(value) in (set, frozenset):
-            # its members, compared with a frozen copy of today's (the set itself may change)
-            self.guards.add(G.members_guard(source, value))
+        elif isinstance(value, containers.SEQUENCES):  # subclasses too, read as their base
+            containers.track_sequence(self, value, source, depth)
+        elif isinstance(value, dict):
+            containers.track_dict(self, value, source, depth)
+        elif isinstance(value, (set, frozenset)):
+            containers.track_set(self, value, source, depth)
         elif type(value) is functools.partial:
             # a partial calls `func(*args, **keywords)`: each part is a fact of its own
             self.guards.add(G.type_guard(source, value))
@@ -291,7 +276,7 @@ class Tracer:
         if type(value) in (list, tuple) and depth < 3 and len(value) <= 4096:
             self.guards.add(G.len_guard(source, value))
             items = [
-                self.symbolic_value(v, _item(source, i), depth + 1, sized)
+                self.symbolic_value(v, ItemSource(source, i), depth + 1, sized)
                 for i, v in enumerate(value)
             ]
             return items if type(value) is list else tuple(items)
@@ -686,30 +671,6 @@ def _has_tensor(x) -> bool:
     if isinstance(x, (tuple, list)):
         return any(_has_tensor(v) for v in x)
     return False
-
-
-_READERS = ("__getitem__", "__len__", "__iter__", "keys", "__contains__")
-
-
-def _plain_subclass(value, base: type) -> bool:
-    """A subclass of list/dict that reads its contents as the base type does: its length,
-    keys and items are guarded like the base type's (through its own type). A subclass that
-    overrides how it is read is guarded by type only (a guard would run its code)."""
-    cls = type(value)
-    if cls is base or not isinstance(value, base):
-        return False
-    return all(getattr(cls, name, None) is getattr(base, name, None) for name in _READERS)
-
-
-def _constant_key(key) -> bool:
-    """A dictionary key a KEYS guard can compare and an item source can name."""
-    if type(key) is tuple:
-        return all(map(_constant_key, key))
-    return isinstance(key, G.CONSTANT_TYPES)
-
-
-def _item(source: Source, key) -> Source:
-    return ItemSource(source, key)
 
 
 def _identity_matters(value: Any) -> bool:
