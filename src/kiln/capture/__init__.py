@@ -14,6 +14,7 @@ ops_call.py         handlers: calls, keyword names, function creation, intrinsic
 ops_control.py      handlers: jumps, loops, return/yield, exceptions, with
 ops_classes.py      handlers: class statements (__build_class__, the body's name lookups)
 ops_match.py        handlers: match statements' pattern tests
+ops_except_star.py  handlers: `except*` (exception groups)
 calls.py            how a call runs: inline, native (recorded), or a graph break
 attributes.py       attribute loads/stores with sources, guards and replayed stores
 module_calls.py     nn.Module calls: hooks + forward
@@ -38,7 +39,15 @@ errors.py           Unsupported (user-facing) and kiln's internal signals
 
 # The opcode handlers register with bytecode.opcode when imported; the interpreter finds them
 # there (it imports none of them, so no handler module imports it back in a cycle).
-from . import ops_basic, ops_build, ops_call, ops_classes, ops_control, ops_match  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    ops_basic,
+    ops_build,
+    ops_call,
+    ops_classes,
+    ops_control,
+    ops_except_star,
+    ops_match,
+)
 from .bytecode import UNSUPPORTED as _UNSUPPORTED  # noqa: E402
 from .bytecode import handler as _handler  # noqa: E402
 

@@ -1,6 +1,7 @@
 """Builtins with interpreter semantics: `getattr`, `hasattr`, `setattr`, `delattr`, `print`,
 `len`, `iter`, `id`, `warnings.warn` (replayed: effect_calls.py), `min`/`max` of symbolic sizes
-(kept symbolic), and those that look at the calling frame: `locals`, `vars`, `globals`, `dir`.
+(kept symbolic), and those that look at the calling frame: `locals`, `vars`, `globals`, `dir`,
+`sys.exc_info`, `sys.exception`.
 
 Takes the call's arguments; gives what the builtin returns, but through kiln's own attribute
 and dunder handling, so what they read is guarded (getattr), what they change is replayed
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import operator
+import sys
 import types
 import warnings
 
@@ -172,7 +174,21 @@ def _id(interp, args, kwargs):
     return id(*args, **kwargs)
 
 
+def _exc_info(interp, args, kwargs):
+    """The exception the interpreted code is handling (natively: kiln's own, or none)."""
+    exc = _exception(interp, args, kwargs)
+    return (None, None, None) if exc is None else (type(exc), exc, exc.__traceback__)
+
+
+def _exception(interp, args, kwargs):
+    if args or kwargs:
+        raise TypeError("takes no arguments")
+    return interp.current_exc
+
+
 SPECIAL = {
+    sys.exc_info: _exc_info,
+    sys.exception: _exception,
     builtins.id: _id,
     builtins.min: _minmax(operator.lt, builtins.min),
     builtins.max: _minmax(operator.gt, builtins.max),

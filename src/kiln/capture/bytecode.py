@@ -99,9 +99,6 @@ class CodeInfo:
 # other opcode the compiler emits has one). Meeting one makes the frame run eagerly with the
 # reason; under fullgraph=True it is an error.
 NOT_RUN = {
-    "CHECK_EG_MATCH": "`except*`",
-    "PREP_RERAISE_STAR": "`except*`",
-    "CALL_INTRINSIC_2": "`except*` or a generic class/function",
     # async code is refused before tracing (interpreter.CO_ASYNC)
     "ASYNC_GEN_WRAP": "async generators",
     "BEFORE_ASYNC_WITH": "`async with`",

@@ -321,9 +321,14 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
     if t is weakref.ReferenceType and not args and not kwargs:
         return _dereference(interp.tracer, fn)
     call = _class_attr(t, "__call__")
-    if type(call) is types.FunctionType and _inlinable(call):
+    if type(call) is types.FunctionType and (_inlinable(call) or call is _GENERIC_ALIAS_CALL):
         return interp_call(interp, call, (fn, *args), kwargs, site)
     return call_builtin(interp, fn, args, kwargs)
+
+
+# `Box[int](v)`: typing's alias calls the class and notes `__orig_class__` on the instance; run
+# on the interpreter, the class's __init__ is seen (typing's other functions run natively)
+_GENERIC_ALIAS_CALL = __import__("typing")._BaseGenericAlias.__dict__.get("__call__")
 
 
 @functools.lru_cache(maxsize=1)

@@ -64,6 +64,8 @@ class Interpreter:
         self.root_globals = root_globals
         self.frames: list[Frame] = []
         self.current_exc: BaseException | None = None
+        # exception groups `except*` split off (ops_except_star.py), by id: held while traced
+        self.split_parts: dict[int, BaseException] = {}
         self.depth_limit = 200
         self.native_nesting = 0  # native calls in progress (a break inside one can't resume)
         self.root_frame: Frame | None = None

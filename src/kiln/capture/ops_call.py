@@ -149,14 +149,64 @@ def op_call_intrinsic_1(interp, frame, inst):
         raise value
     elif name == "INTRINSIC_PRINT":
         frame.stack.append(None)
-    else:
-        from .errors import AbortTrace
+    elif name in _TYPE_PARAMS:  # `class C[T]`, `def f[**P]` (PEP 695)
+        frame.stack.append(_type_param(name, value))
+    elif name == "INTRINSIC_SUBSCRIPT_GENERIC":  # the base `Generic[T, *Ts]` of `class C[T, *Ts]`
+        import typing
 
-        raise AbortTrace(
-            f"kiln's interpreter does not implement intrinsic {name}",
-            where=interp.location(),
-            hint="move this code into a helper function decorated with @kiln.disable",
-        )
+        params = tuple(typing.Unpack[p] if type(p) is typing.TypeVarTuple else p for p in value)
+        frame.stack.append(typing._GenericAlias(typing.Generic, params))  # as CPython makes it
+    else:
+        _intrinsic_not_run(interp, frame, name)
+
+
+@opcode("CALL_INTRINSIC_2", since=(3, 12))
+def op_call_intrinsic_2(interp, frame, inst):
+    name = inst.argrepr
+    value1 = frame.stack.pop()
+    value2 = frame.stack.pop()
+    if name == "INTRINSIC_PREP_RERAISE_STAR":
+        from .ops_except_star import prep_reraise_star
+
+        frame.stack.append(prep_reraise_star(interp, value2, value1))
+    elif name == "INTRINSIC_SET_FUNCTION_TYPE_PARAMS":
+        value2.__type_params__ = value1
+        frame.stack.append(value2)
+    else:
+        # a bound, constraints or default of a type parameter: CPython evaluates them lazily
+        # (on first use of `T.__bound__`), which no public constructor can do
+        _intrinsic_not_run(interp, frame, name)
+
+
+# the type parameters of PEP 695, made as CPython's intrinsics make them (variance inferred,
+# `__module__` "typing"): (constructor name, keyword arguments)
+_TYPE_PARAMS = {
+    "INTRINSIC_TYPEVAR": ("TypeVar", {"infer_variance": True}),
+    "INTRINSIC_PARAMSPEC": ("ParamSpec", {"infer_variance": True}),
+    "INTRINSIC_TYPEVARTUPLE": ("TypeVarTuple", {}),
+}
+
+
+def _type_param(intrinsic: str, name: str):
+    import typing
+
+    cls, kwargs = _TYPE_PARAMS[intrinsic]
+    param = getattr(typing, cls)(name, **kwargs)
+    param.__module__ = "typing"
+    return param
+
+
+def _intrinsic_not_run(interp, frame, name: str):
+    from .bytecode import PY
+    from .errors import AbortTrace
+
+    filename, line = frame.info.location(frame.pc - 1)
+    raise AbortTrace(
+        f"kiln's interpreter does not implement intrinsic {name} on Python {PY[0]}.{PY[1]}, "
+        f"at {filename}:{line}",
+        where=interp.location(),
+        hint="move this code into a helper function decorated with @kiln.disable",
+    )
 
 
 @opcode("LOAD_ASSERTION_ERROR")

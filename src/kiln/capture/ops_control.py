@@ -185,6 +185,10 @@ def op_raise_varargs(interp, frame, inst):
     exc = frame.stack.pop()
     if isinstance(exc, type):
         exc = exc()
+    if interp.split_parts:
+        from .ops_except_star import raised_anew
+
+        raised_anew(interp, exc)
     if cause is not NULL:
         if isinstance(cause, type):
             cause = cause()
