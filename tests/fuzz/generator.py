@@ -2,9 +2,11 @@
 fuzzing (compiled against eager).
 
 `generate(seed)` gives the source text of one module. The module defines:
-- outside state: module globals (an int, a list, a dict, a set, a tensor, a log list), a class
-  with a class attribute and an instance `OBJ` with instance attributes, and closure
-  containers (`cell`, `cnt`) captured by `fn`;
+- outside state: module globals (an int, a list, a dict, a set, a tensor, a log list, a dict
+  keyed by objects `G_OK` and a global key `G_KEY`, subclasses of list and dict `G_DL`/`G_SD`
+  that override how they are read and written), a class with a class attribute and an
+  instance `OBJ` with instance attributes, and closure containers (`cell`, `cnt`) captured
+  by `fn`;
 - helpers the function calls (a plain function, a generator, a context manager class);
 - `fn(x, y, n, lst)`: the function under test; its body is random statements drawn from the
   templates below (containers, closures, globals, attributes, comprehensions, exceptions,
@@ -13,7 +15,8 @@ fuzzing (compiled against eager).
 - `mutate(i)`: changes the outside state before call `i` (the same literal changes in the
   compiled and the eager copy of the module);
 - `state()`: a snapshot of all outside state, to compare after each call;
-- `CALLS`: the inputs of each call, as (batch size, n) pairs.
+- `CALLS`: the inputs of each call, as (batch size, n) pairs; `REQUIRES_GRAD`: x and y require
+  grad, and the runner compares gradients too.
 
 Everything is decided by `random.Random(seed)`, so a seed names one program.
 """
@@ -74,6 +77,8 @@ class _Gen:
             lambda: "max(G_LIST, default=0.0)",
             lambda: "min(n, G_K)",
             lambda: f"{self.tvar()}.numel() // 2",
+            lambda: r.choice(OBJECT_KEYED),
+            lambda: r.choice(SUBCLASS_READS),
         ]
         if self.svars:
             choices.append(lambda: self.r.choice(self.svars))
@@ -177,6 +182,8 @@ class _Gen:
             "enumerate",
             "method_obj",
             "isinstance",
+            "object_keys",
+            "subclass_mut",
         ]
         if depth >= 2:
             kinds = [k for k in kinds if not k.startswith(("if_", "for_", "while", "try_", "with"))]
@@ -466,6 +473,34 @@ class _Gen:
             f"    {name} = {self.texpr()} + 1",
         ]
 
+    def s_object_keys(self, depth):
+        name = self.new()
+        self.pending.append(name)
+        t = self.tvar()
+        if self.r.random() < 0.5:
+            return [
+                f"{name} = {t}",
+                "for k, v in G_OK.items():",
+                f"    {name} = {name} * 0.5 + {self.texpr()} * v * len(k.name)",
+            ]
+        return [
+            f"{name} = {self.texpr()} * G_OK.get(G_KEY, 0.5) if G_KEY in G_OK else {t}",
+        ]
+
+    def s_subclass_mut(self, depth):
+        """Changes, inside the function, to the dict keyed by objects and to the subclasses."""
+        return [
+            self.r.choice(
+                [
+                    f"G_OK[KC] = {self.scalar()}",
+                    "G_OK.pop(KB, None)",
+                    f"G_DL.append({self.scalar()})",
+                    f"G_SD['b'] = {self.scalar()}",
+                    "G_SD.pop('b', None)",
+                ]
+            )
+        ]
+
     # ---- outside state changes ---------------------------------------------------------------
     def mutation(self) -> str:
         r = self.r
@@ -488,8 +523,35 @@ class _Gen:
                 "G_T = G_T * 0.5",
                 "G_W.mul_(0.9)",
                 "OBJ.__dict__.pop('extra', None)",
+                f"G_OK[{r.choice(['KA', 'KB', 'KC'])}] = {v}",
+                f"G_OK.pop({r.choice(['KA', 'KB'])}, None)",
+                f"G_KEY = {r.choice(['KA', 'KB', 'KC'])}",
+                f"G_DL.append({v})",
+                f"G_DL[:] = [{v}]",
+                f"G_SD[{r.choice(['a', 'b'])!r}] = {v}",
+                "G_SD.pop('b', None)",
             ]
         )
+
+
+# reads of a dict keyed by objects (identity-hashed `Key`s, a global key rebound between calls)
+OBJECT_KEYED = [
+    "G_OK.get(KA, 0.5)",
+    "G_OK.get(G_KEY, 0.25)",
+    "len(G_OK)",
+    "(2.0 if KB in G_OK else 1.0)",
+    "sum(G_OK.values())",
+    "(1.0 if G_KEY is KA else 3.0)",
+]
+# reads of container subclasses that override how they are read (DL, SD in HEADER)
+SUBCLASS_READS = [
+    "(G_DL[0] if len(G_DL) > 1 else 0.5)",
+    "sum(G_DL)",
+    "len(G_DL)",
+    "G_SD['a']",
+    "G_SD.get('b', 0.5)",
+    "sum(v for _, v in G_SD.items())",
+]
 
 
 HEADER = f"""\
@@ -522,6 +584,42 @@ class C:
 
 
 OBJ = C()
+
+
+class Key:  # hashed and compared by identity
+    def __init__(self, name):
+        self.name = name
+
+
+KA, KB, KC = Key('a'), Key('bb'), Key('ccc')
+G_OK = {{g_ok}}
+G_KEY = KA
+
+
+class DL(list):
+    def __getitem__(self, i):
+        return super().__getitem__(i) * 2
+
+    def __len__(self):
+        return super().__len__() + 1
+
+
+class SD(dict):
+    def __getitem__(self, k):
+        return super().__getitem__(k) + 1
+
+    def __setitem__(self, k, v):
+        super().__setitem__(k, v * 2)
+
+    def get(self, k, default=None):
+        return self[k] if k in self else default
+
+    def items(self):
+        return [(k, self[k]) for k in self]
+
+
+G_DL = DL({{g_dl}})
+G_SD = SD(a={{g_sd}})
 
 
 class CM:
@@ -560,7 +658,7 @@ fn, CELL, CNT = _make()
 
 
 def mutate(i):
-    global G_K, G_T
+    global G_K, G_T, G_KEY
 {{mutate}}
 
 
@@ -568,12 +666,14 @@ def state():
     return {{{{
         'G_K': G_K, 'G_LIST': list(G_LIST), 'G_D': dict(G_D), 'G_S': set(G_S), 'LOG': list(LOG),
         'G_W': G_W, 'G_T': G_T, 'C.k': C.k, 'OBJ': dict(OBJ.__dict__), 'cell': list(CELL),
-        'cnt': dict(CNT),
+        'cnt': dict(CNT), 'G_OK': [(k.name, v) for k, v in G_OK.items()], 'G_KEY': G_KEY.name,
+        'G_DL': list(list.__iter__(G_DL)), 'G_SD': dict(dict.items(G_SD)),
     }}}}
 
 
 CALLS = {{calls}}
 USES_RNG = {{uses_rng}}
+REQUIRES_GRAD = {{requires_grad}}
 """
 
 
@@ -603,6 +703,8 @@ def generate(seed: int) -> str:
             muts.append(f"    if i == {i}:")
             muts += [f"        {m}" for m in picks]
     mutate = "\n".join(muts) or "    pass"
+    keys = r.sample(["KA", "KB"], r.randint(1, 2))
+    requires_grad = r.random() < 0.3  # x and y require grad: gradients are compared too
     return HEADER.format(
         g_k=r.randint(1, 4),
         g_list=[r.choice([0.5, 1.0, 2.0, -1.0]) for _ in range(r.randint(0, 3))],
@@ -615,4 +717,8 @@ def generate(seed: int) -> str:
         mutate=mutate,
         calls=calls,
         uses_rng=g.uses_rng,
+        g_ok="{" + ", ".join(f"{k}: {r.choice([0.5, 2.0, -1.0])}" for k in keys) + "}",
+        g_dl=[r.choice([0.5, 1.0, 2.0]) for _ in range(r.randint(0, 2))],
+        g_sd=r.choice([0.5, 1.5, -2.0]),
+        requires_grad=requires_grad,
     )

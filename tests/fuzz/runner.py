@@ -6,7 +6,8 @@ namespaces, so the compiled and the eager run each have their own outside state.
 `i` both copies run `mutate(i)` (the same changes to globals, closure containers, attributes),
 both RNGs (torch's and Python's) are seeded alike, and both get equal fresh inputs. After the
 call the outcome (result, or exception type and message), the inputs (mutated in place or
-not) and `state()` (all outside state) must agree: exactly for ints, strings and structures,
+not), `state()` (all outside state) and, for a program whose inputs require grad, the gradients
+of its outputs with respect to them must agree: exactly for ints, strings and structures,
 within float tolerances for float math.
 """
 
@@ -56,12 +57,33 @@ def load(source: str, tag: str) -> dict:
     return ns
 
 
-def make_inputs(seed: int, call: int, batch: int, n: int):
+def make_inputs(seed: int, call: int, batch: int, n: int, grad: bool = False):
+    """The call's arguments, and the leaf tensors gradients are taken for (when `grad`: x and
+    y are then computed from leaves that require grad, so the program's in-place statements on
+    them stay legal, as in eager)."""
     g = torch.Generator().manual_seed(seed * 131 + call)
     x = torch.randn(batch, FEAT, generator=g)
     y = torch.randn(batch, FEAT, generator=g)
     lst = [float(v) for v in torch.rand(call % 3 + 1, generator=g).round(decimals=2).tolist()]
-    return x, y, n, lst
+    leaves: tuple = ()
+    if grad:
+        leaves = (x.requires_grad_(), y.requires_grad_())
+        x, y = x * 1.0, y * 1.0
+    return (x, y, n, lst), leaves
+
+
+def gradients(out, leaves: tuple):
+    """d(a weighted sum of the outputs that require grad)/d(leaves), or what backward raised;
+    None when no output requires grad."""
+    flat = out if isinstance(out, (tuple, list)) else (out,)
+    outs = [o for o in flat if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not leaves or not outs:
+        return None
+    loss = sum((o.float() * (i + 1)).sum() for i, o in enumerate(outs))
+    try:
+        return list(torch.autograd.grad(loss, leaves, allow_unused=True))
+    except Exception as e:  # noqa: BLE001 - eager's backward must fail the same way
+        return f"backward raised {type(e).__name__}"
 
 
 def _run_call(fn, args, rng_seed: int):
@@ -140,8 +162,9 @@ def run_program(seed: int, backend: str = "eager", options: dict | None = None) 
     for i, (batch, n) in enumerate(eager_ns["CALLS"]):
         eager_ns["mutate"](i)
         comp_ns["mutate"](i)
-        e_args = make_inputs(seed, i, batch, n)
-        c_args = make_inputs(seed, i, batch, n)
+        grad = bool(eager_ns.get("REQUIRES_GRAD"))
+        e_args, e_leaves = make_inputs(seed, i, batch, n, grad)
+        c_args, c_leaves = make_inputs(seed, i, batch, n, grad)
         expected = _run_call(eager_ns["fn"], e_args, seed + i)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -165,6 +188,10 @@ def run_program(seed: int, backend: str = "eager", options: dict | None = None) 
         else:
             for d in differences(got[1], expected[1], rtol, atol, "result"):
                 mismatch(i, d)
+            if not found:
+                g_got, g_exp = gradients(got[1], c_leaves), gradients(expected[1], e_leaves)
+                for d in differences(g_got, g_exp, rtol, atol, "input gradients"):
+                    mismatch(i, d)
         for d in differences(list(c_args), list(e_args), rtol, atol, "inputs after the call"):
             mismatch(i, d)
         for d in differences(comp_ns["state"](), eager_ns["state"](), rtol, atol, "state"):
