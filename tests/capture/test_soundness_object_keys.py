@@ -174,7 +174,8 @@ def test_comparisons_run_the_classes_own_eq():
     p, q = Point(1.0), Point(1.0)
 
     def fn(x):
-        return x + 1 if p == q else x - 1
+        out = x + 1 if p == q else x - 1
+        return out * 2 if p != q else out
 
     _program(fn, [lambda: setattr(q, "v", 2.0), lambda: setattr(p, "v", 2.0)])
 

@@ -18,11 +18,12 @@ ops_except_star.py  handlers: `except*` (exception groups)
 calls.py            how a call runs: inline, native (recorded), or a graph break
 attributes.py       attribute loads/stores with sources, guards and replayed stores
 module_calls.py     nn.Module calls: hooks + forward
-builtin_specials.py getattr/hasattr/setattr/delattr/print/len/iter with kiln's semantics
+builtin_specials.py getattr/hasattr/setattr/delattr/print/len/iter/id/sys.exc_info, kiln's way
 tracer.py           the recording side: FX graph, placeholders, guards, TorchFunctionMode
 torch_calls.py      what a torch call is (graph op, metadata, data read) and its FX node
 sources.py          where a value came from, as guard/residual code
 guards.py           guard kinds, their code, and the recompile explanation
+containers.py       guards on outside containers' contents (subclasses, object keys) and lookups
 module_tree.py      a version number of watched modules' structure (one guard for all params)
 side_effects.py     stores into outside objects and prints, to replay
 effect_calls.py     logging, warnings, lru_cache helpers: replayed or answered, no break

@@ -401,6 +401,8 @@ def compare(interp, sym: str, lhs, rhs):
         order.reverse()  # a subclass's reflected method goes first, as in CPython
     fns = [python_dunder(obj, meth) for obj, meth, _ in order]
     if fns[0] is None and fns[1] is None:
+        if sym == "!=" and _ne_from_eq(lhs, rhs):
+            return not compare(interp, "==", lhs, rhs)  # what object.__ne__ does
         return sym_apply(COMPARE[sym], lhs, rhs)
     for (obj, meth, other), fn in zip(order, fns):
         if fn is not None:
@@ -412,6 +414,18 @@ def compare(interp, sym: str, lhs, rhs):
     if sym in ("==", "!="):
         return (lhs is rhs) == (sym == "==")
     return sym_apply(COMPARE[sym], lhs, rhs)  # raises the TypeError eager raises
+
+
+def _ne_from_eq(lhs, rhs) -> bool:
+    """`!=` is object's on both sides, which inverts `__eq__`: a Python `__eq__` then runs."""
+    from .calls import python_dunder
+
+    ne = object.__ne__
+    return (
+        type(lhs).__ne__ is ne
+        and type(rhs).__ne__ is ne
+        and (python_dunder(lhs, "__eq__") is not None or python_dunder(rhs, "__eq__") is not None)
+    )
 
 
 # types whose comparisons run no Python code of the program's
