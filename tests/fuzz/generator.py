@@ -16,7 +16,8 @@ fuzzing (compiled against eager).
   compiled and the eager copy of the module);
 - `state()`: a snapshot of all outside state, to compare after each call;
 - `CALLS`: the inputs of each call, as (batch size, n) pairs; `REQUIRES_GRAD`: x and y require
-  grad, and the runner compares gradients too.
+  grad, and the runner compares gradients too; `STABLE_INPUTS`: `n` and `lst` are the same on
+  every call (later calls then run the first call's trace, where staleness shows).
 
 Everything is decided by `random.Random(seed)`, so a seed names one program.
 """
@@ -523,15 +524,26 @@ class _Gen:
                 "G_T = G_T * 0.5",
                 "G_W.mul_(0.9)",
                 "OBJ.__dict__.pop('extra', None)",
-                f"G_OK[{r.choice(['KA', 'KB', 'KC'])}] = {v}",
-                f"G_OK.pop({r.choice(['KA', 'KB'])}, None)",
-                f"G_KEY = {r.choice(['KA', 'KB', 'KC'])}",
-                f"G_DL.append({v})",
-                f"G_DL[:] = [{v}]",
-                f"G_SD[{r.choice(['a', 'b'])!r}] = {v}",
-                "G_SD.pop('b', None)",
+                self.object_mutation(r.choice(list(OBJECT_STATE))),
             ]
         )
+
+    def object_mutation(self, name: str) -> str:
+        """A change to one of the objects-and-subclasses globals (OBJECT_STATE)."""
+        r = self.r
+        v = r.choice(["0.5", "2.0", "-1.0", "3"])
+        return {
+            "G_OK": r.choice([f"G_OK[{r.choice(['KA', 'KB', 'KC'])}] = {v}", "G_OK.pop(KA, None)"]),
+            "G_KEY": f"G_KEY = {r.choice(['KA', 'KB', 'KC'])}",
+            "G_DL": r.choice([f"G_DL.append({v})", f"G_DL[:] = [{v}]"]),
+            "G_SD": r.choice([f"G_SD[{r.choice(['a', 'b'])!r}] = {v}", "G_SD.pop('b', None)"]),
+        }[name]
+
+
+# the globals keyed by objects or made of container subclasses: a program that reads one also
+# changes it between two of its calls, most of the time (the change is what a stale trace
+# would miss)
+OBJECT_STATE = ("G_OK", "G_KEY", "G_DL", "G_SD")
 
 
 # reads of a dict keyed by objects (identity-hashed `Key`s, a global key rebound between calls)
@@ -674,6 +686,7 @@ def state():
 CALLS = {{calls}}
 USES_RNG = {{uses_rng}}
 REQUIRES_GRAD = {{requires_grad}}
+STABLE_INPUTS = {{stable}}
 """
 
 
@@ -696,9 +709,18 @@ def generate(seed: int) -> str:
     if r.random() < 0.5:
         batches = [batches[0]] * ncalls
     calls = [(b, r.randint(0, 4)) for b in batches]
+    # half the programs get the same `n` and `lst` on every call: their later calls reuse the
+    # first call's trace, so a fact it read and did not guard shows as a stale result
+    stable = r.random() < 0.5
+    if stable:
+        calls = [(b, calls[0][1]) for b in batches]
     muts = []
+    targeted: dict[int, list[str]] = {}
+    for name in OBJECT_STATE:
+        if name in body_text and r.random() < 0.7:
+            targeted.setdefault(r.randint(1, ncalls - 1), []).append(g.object_mutation(name))
     for i in range(ncalls):
-        picks = [g.mutation() for _ in range(r.randint(0, 2))]
+        picks = [g.mutation() for _ in range(r.randint(0, 2))] + targeted.get(i, [])
         if picks:
             muts.append(f"    if i == {i}:")
             muts += [f"        {m}" for m in picks]
@@ -721,4 +743,5 @@ def generate(seed: int) -> str:
         g_dl=[r.choice([0.5, 1.0, 2.0]) for _ in range(r.randint(0, 2))],
         g_sd=r.choice([0.5, 1.5, -2.0]),
         requires_grad=requires_grad,
+        stable=stable,
     )

@@ -57,14 +57,16 @@ def load(source: str, tag: str) -> dict:
     return ns
 
 
-def make_inputs(seed: int, call: int, batch: int, n: int, grad: bool = False):
+def make_inputs(seed: int, call: int, batch: int, n: int, grad: bool = False, stable=False):
     """The call's arguments, and the leaf tensors gradients are taken for (when `grad`: x and
     y are then computed from leaves that require grad, so the program's in-place statements on
-    them stay legal, as in eager)."""
+    them stay legal, as in eager). `stable`: `lst` is the first call's on every call."""
     g = torch.Generator().manual_seed(seed * 131 + call)
     x = torch.randn(batch, FEAT, generator=g)
     y = torch.randn(batch, FEAT, generator=g)
-    lst = [float(v) for v in torch.rand(call % 3 + 1, generator=g).round(decimals=2).tolist()]
+    first = 0 if stable else call
+    g_lst = torch.Generator().manual_seed(seed * 131 + first + 7)
+    lst = [float(v) for v in torch.rand(first % 3 + 1, generator=g_lst).round(decimals=2).tolist()]
     leaves: tuple = ()
     if grad:
         leaves = (x.requires_grad_(), y.requires_grad_())
@@ -162,9 +164,9 @@ def run_program(seed: int, backend: str = "eager", options: dict | None = None) 
     for i, (batch, n) in enumerate(eager_ns["CALLS"]):
         eager_ns["mutate"](i)
         comp_ns["mutate"](i)
-        grad = bool(eager_ns.get("REQUIRES_GRAD"))
-        e_args, e_leaves = make_inputs(seed, i, batch, n, grad)
-        c_args, c_leaves = make_inputs(seed, i, batch, n, grad)
+        grad, stable = bool(eager_ns["REQUIRES_GRAD"]), bool(eager_ns["STABLE_INPUTS"])
+        e_args, e_leaves = make_inputs(seed, i, batch, n, grad, stable)
+        c_args, c_leaves = make_inputs(seed, i, batch, n, grad, stable)
         expected = _run_call(eager_ns["fn"], e_args, seed + i)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
