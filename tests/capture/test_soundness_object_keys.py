@@ -272,3 +272,27 @@ def test_ordered_dict_order_and_counter():
         return out + counts["a"] + counts["z"]
 
     _program(fn, [lambda: od.move_to_end("a"), lambda: counts.update("a")])
+
+
+def test_writes_to_an_overriding_dict_subclass_are_replayed_raw():
+    """The residual program writes back the subclass's contents as the base dict holds them
+    (an `items`/`__getitem__` override must not change what is written)."""
+
+    def make():
+        sd = ShiftedDict(a=0.5)
+
+        def fn(x):
+            sd["b"] = float(len(sd))
+            return x * sd["a"]
+
+        return fn, sd
+
+    fn, mine = make()
+    eager, theirs = make()
+    compiled = kiln.compile(fn, backend=CountingBackend())
+    for i in range(3):
+        x = torch.randn(4)
+        assert_same(compiled(x), eager(x))
+        assert dict(dict.items(mine)) == dict(dict.items(theirs)), i
+        for d in (mine, theirs):
+            dict.pop(d, "b")

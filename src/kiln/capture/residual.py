@@ -276,18 +276,24 @@ def side_effect_lines(tracer, rb: Rebuilder) -> list[str]:
             obj = eff.target
             # the final contents, written through the built-in type's own methods: a subclass's
             # overrides ran in the trace, and what they did besides is replayed on its own
-            base = namer.const(builtin_base(type(obj)))
+            # (read through the base type too: an override of `items` or `__iter__` must not
+            # change what is written back)
+            raw = builtin_base(type(obj))
+            base = namer.const(raw)
             if isinstance(obj, list):
-                lines.append(f"{base}.__setitem__({target}, slice(None), {rb.expr(list(obj))})")
+                contents = list(raw.__iter__(obj))
+                lines.append(f"{base}.__setitem__({target}, slice(None), {rb.expr(contents)})")
             elif isinstance(obj, dict):
-                items = ", ".join(f"({rb.expr(k)}, {rb.expr(v)})" for k, v in obj.items())
+                pairs = raw.items(obj)
+                items = ", ".join(f"({rb.expr(k)}, {rb.expr(v)})" for k, v in pairs)
                 lines.append(
                     f"___items = [{items}]; ___d = {target}; {base}.clear(___d); "
                     f"{base}.update(___d, ___items)"
                 )
             elif isinstance(obj, set):
                 lines.append(
-                    f"___items = {rb.expr(list(obj))}; ___s = {target}; {base}.clear(___s); "
+                    f"___items = {rb.expr(list(raw.__iter__(obj)))}; ___s = {target}; "
+                    f"{base}.clear(___s); "
                     f"{base}.update(___s, ___items)"
                 )
             else:
