@@ -85,7 +85,10 @@ def gradients(out, leaves: tuple):
     try:
         return list(torch.autograd.grad(loss, leaves, allow_unused=True))
     except Exception as e:  # noqa: BLE001 - eager's backward must fail the same way
-        return f"backward raised {type(e).__name__}"
+        return f"backward raised {type(e).__name__}: {e}"
+
+
+_IN_PLACE_REFUSAL = "modified by an inplace operation"
 
 
 def _run_call(fn, args, rng_seed: int):
@@ -192,8 +195,12 @@ def run_program(seed: int, backend: str = "eager", options: dict | None = None) 
                 mismatch(i, d)
             if not found:
                 g_got, g_exp = gradients(got[1], c_leaves), gradients(expected[1], e_leaves)
-                for d in differences(g_got, g_exp, rtol, atol, "input gradients"):
-                    mismatch(i, d)
+                # eager refuses to differentiate through a tensor the program changed in place
+                # after saving it; compiled graphs are functional and give the gradient (as
+                # torch.compile's do): there is no eager gradient to compare with
+                if not (isinstance(g_exp, str) and _IN_PLACE_REFUSAL in g_exp):
+                    for d in differences(g_got, g_exp, rtol, atol, "input gradients"):
+                        mismatch(i, d)
         for d in differences(list(c_args), list(e_args), rtol, atol, "inputs after the call"):
             mismatch(i, d)
         for d in differences(comp_ns["state"](), eager_ns["state"](), rtol, atol, "state"):
