@@ -173,12 +173,18 @@ class _WrittenTensors(TorchDispatchMode):
     """Ids of the tensors ATen ops write to, by their schemas. Fake tensors' version counters
     miss some writes (`_foreach_add_` on fakes runs as out-of-place ops and copies)."""
 
+    # control-flow operators (torch.cond, while_loop) pass through: capture only records them
+    # when no branch writes to a tensor from outside it (capture/higher_order.py)
+    supports_higher_order_operators = True
+
     def __init__(self) -> None:
         super().__init__()
         self.ids: set[int] = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
         if func._schema.is_mutable:
             for i, arg in enumerate(func._schema.arguments):
                 if arg.alias_info is None or not arg.alias_info.is_write:

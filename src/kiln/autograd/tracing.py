@@ -113,8 +113,12 @@ def _functorch_refused(e: RuntimeError) -> bool:
     none, `vjp` no old-style one (without `setup_context`, `forward(ctx, ...)`; the one
     torch.library makes for a custom op's registered backward is one). The graph is traced
     again with dispatch-mode functionalisation (and `torch.autograd.grad` for the joint),
-    below autograd, where such Functions run their own forward and backward as in eager."""
-    return "setup_context" in str(e) or "custom_function_call" in str(e)
+    below autograd, where such Functions run their own forward and backward as in eager.
+    A control-flow operator (torch.cond) has no rule for functorch's grad transform either
+    (torch names the transform as its error); autograd differentiates it by torch's own rule."""
+    msg = str(e)
+    first = msg.split("\n", 1)[0]
+    return "setup_context" in msg or "custom_function_call" in msg or first == "TransformType.Grad"
 
 
 def _drop_input_copy_back(gm: torch.fx.GraphModule) -> None:

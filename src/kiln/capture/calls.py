@@ -21,7 +21,15 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, collectives, containers, context_vars, effect_calls, environ
+from . import (
+    checkpoint,
+    collectives,
+    containers,
+    context_vars,
+    effect_calls,
+    environ,
+    higher_order,
+)
 from .attributes import (  # noqa: F401  (re-exported: handlers import them from here)
     STRUCTURE,
     _attr_source,
@@ -244,6 +252,8 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
             return checkpoint.run_checkpointed(
                 interp, args, kwargs, lambda f, a, k: interp_call(interp, f, a, k)
             )
+        if fn in higher_order.ENTRY_POINTS:  # torch.cond, while_loop: subgraphs
+            return higher_order.call(interp, fn, args, kwargs, native_call)
         if fn is _TORCH_ASSERT and args and not isinstance(args[0], torch.Tensor):
             # A Python condition (a shape check): checked here. Inlined, `torch._assert` would
             # ask the recording mode to handle a bool and break the graph.

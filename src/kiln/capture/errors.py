@@ -58,6 +58,15 @@ class ResumableBreak(KilnInternal):
         self.step = step  # (fn, args, kwargs) the plain-Python step calls instead, or None
 
 
+class SubgraphBreak(KilnInternal):
+    """A graph break while a control-flow operator's branch is captured as a subgraph: the
+    operator (capture/higher_order.py) gives up on the subgraph and breaks before itself."""
+
+    def __init__(self, reason: str, hint: str = "", where: str = ""):
+        super().__init__(reason)
+        self.reason, self.hint, self.where = reason, hint, where
+
+
 class GraphBreakAt(KilnInternal):
     """The graph ends here. `chain` is root..innermost; `step` is what runs in plain Python:
     ("call", fn, args, kwargs) or ("branch", value, jump_if, target_pc, next_pc)."""

@@ -27,7 +27,7 @@ from . import containers
 from . import guards as G
 from .context_vars import ContextVarModel
 from .dynamic_floats import FloatSlots
-from .errors import FullgraphBreak
+from .errors import FullgraphBreak, SubgraphBreak
 from .side_effects import SideEffects
 from .sources import AttrSource, ConstSource, ItemSource, Source
 from .symbolic import _Sym
@@ -116,6 +116,7 @@ class Tracer:
         self._examples: list[tuple[fx.Node, tuple | None]] = []  # see example_values
         self._numpy_args = False  # the call being recorded has a NumPy argument
         self.inference_read = False  # the trace read `is_inference()` (inference_guard)
+        self.branch_capture = 0  # > 0 while a torch.cond branch is traced (higher_order.py)
         self.grad_enabled = torch.is_grad_enabled()
         self.guards.add(
             G.state_guard("torch.is_grad_enabled()", torch.is_grad_enabled, self.grad_enabled)
@@ -137,6 +138,8 @@ class Tracer:
             if hint:
                 msg += f"\n  hint: {hint}"
             raise FullgraphBreak(msg)
+        if self.branch_capture:  # inside a subgraph: the operator breaks before itself
+            raise SubgraphBreak(reason, hint, where)
         if self.broken is None and self.interp is not None:
             from .continuations import ResumableBreak, can_resume
 
@@ -392,6 +395,53 @@ class Tracer:
             self._first_op = node
         self._bind_outputs(out, node)
         return out
+
+    def record_higher_order(self, target, args: list, names: tuple, outputs: tuple) -> fx.Node:
+        """A control-flow operator (capture/higher_order.py): one node whose subgraphs (the
+        GraphModules among `args`, named after `names`) the graph module holds; `outputs`,
+        the real results, are bound to its items."""
+        node_args = []
+        names_left = iter(names)
+        for a in args:
+            if isinstance(a, fx.GraphModule):
+                name = self._fresh(f"{next(names_left)}_graph")
+                self.constants[name] = a  # a submodule of the graph module (frontend)
+                a = self.graph.get_attr(name)
+                if self._first_op is None:
+                    self._first_op = a
+            node_args.append(a)
+        node = self._op_node("call_function", target, tuple(node_args), {})
+        self._bind_outputs(tuple(outputs), node)
+        return node
+
+    def value_of(self, node: fx.Node) -> torch.Tensor | None:
+        """The real tensor a graph node stands for now (None if kiln no longer holds it)."""
+        if node.op == "get_attr":
+            return self.constants.get(node.target)
+        for key, n in self.tensor_nodes.items():
+            if n is not node:
+                continue
+            ref = self._refs.get(key)
+            value = ref() if ref is not None else None
+            if value is None and key in self.sources:
+                value = self.sources[key][0]
+            if value is None:
+                value = next((t for t in self.keepalive if id(t) == key), None)
+            if value is not None:
+                return value
+        return None
+
+    def forget_nodes(self, gone: set) -> None:
+        """Take recorded nodes out of the graph, and every table that names them."""
+        for n in reversed(list(self.graph.nodes)):  # users before what they use
+            if n in gone:
+                self.graph.erase_node(n)
+        for key in [k for k, n in self.tensor_nodes.items() if n in gone]:
+            del self.tensor_nodes[key]
+            self._refs.pop(key, None)
+        self._examples = [e for e in self._examples if e[0] not in gone]
+        if self._first_op in gone:
+            self._first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
 
     def _not_recorded(self, info, func, args, kwargs):
         """A call that is no graph op: a metadata read (answered), iteration (a recorded

@@ -40,6 +40,8 @@ from .ir import (
 )
 from .layouts import store_in_eager_order
 from .registry import Unsupported, lowering_for
+from .subgraphs import REASON as SUBGRAPH_REASON
+from .subgraphs import SubgraphCall
 from .symbolic import (
     SymbolicUnsupported,
     from_torch,
@@ -221,6 +223,9 @@ def _lower(
             inputs.append(name)
         elif node.op == "get_attr":
             tensor = getattr(gm, node.target)
+            if isinstance(tensor, torch.fx.GraphModule):
+                env[node] = tensor  # a control-flow operator's branch (subgraphs.py)
+                continue
             if not isinstance(tensor, torch.Tensor):
                 raise GraphUnsupported(f"attribute {node.target} is not a tensor")
             name = ctx.fresh("const")
@@ -232,6 +237,10 @@ def _lower(
         elif node.op == "call_function" and _sym_value(node.meta.get("val")) is not _NOT_SYM:
             # sizes and arithmetic on them (`sym_size`, `s0 * s1`): their value as an expression
             env[node] = _sym_value(node.meta.get("val"))
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+            call = SubgraphCall(node.target, _map_args(node.args, env))
+            val = node.meta.get("val")
+            env[node] = _extern(ctx, call, call.tensor_args(), {}, val, SUBGRAPH_REASON)
         elif node.op == "call_function":
             schema = getattr(node.target, "_schema", None)
             if schema is not None and schema.is_mutable:
