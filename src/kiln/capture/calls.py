@@ -253,7 +253,9 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
                 interp, args, kwargs, lambda f, a, k: interp_call(interp, f, a, k)
             )
         if fn in higher_order.ENTRY_POINTS:  # torch.cond, while_loop: subgraphs
-            return higher_order.call(interp, fn, args, kwargs, native_call)
+            return higher_order.call(
+                interp, fn, args, kwargs, native_call, lambda f, a: interp_call(interp, f, a, {})
+            )
         if fn is _TORCH_ASSERT and args and not isinstance(args[0], torch.Tensor):
             # A Python condition (a shape check): checked here. Inlined, `torch._assert` would
             # ask the recording mode to handle a bool and break the graph.

@@ -39,11 +39,13 @@ _BODY_OPS = ("call_function", "call_method")
 _HINT = "keep torch.cond/while_loop branches to tensor operations on their operands"
 
 
-def call(interp, fn, args: tuple, kwargs: dict, native_call) -> Any:
-    """`torch.cond(...)` or `while_loop(...)` met by the interpreter."""
+def call(interp, fn, args: tuple, kwargs: dict, native_call, inline) -> Any:
+    """`torch.cond(...)` or `while_loop(...)` met by the interpreter. `native_call(interp, fn,
+    args, kwargs)` runs a call natively, `inline(fn, args)` on the interpreter (calls.py; passed
+    in, so that this module imports nothing that imports it)."""
     if fn is COND:
-        return _cond(interp, fn, args, kwargs, native_call)
-    return _while_loop(interp, fn, args, kwargs, native_call)
+        return _cond(interp, fn, args, kwargs, native_call, inline)
+    return _while_loop(interp, fn, args, kwargs, native_call, inline)
 
 
 # ---- cond ---------------------------------------------------------------------------------------
@@ -51,21 +53,19 @@ def _bind_cond(pred, true_fn, false_fn, operands=()):
     return pred, true_fn, false_fn, operands
 
 
-def _cond(interp, fn, args, kwargs, native_call):
-    from .calls import interp_call
-
+def _cond(interp, fn, args, kwargs, native_call, inline):
     pred, true_fn, false_fn, operands = _bind_cond(*args, **kwargs)
     if not isinstance(pred, torch.Tensor):
         # a Python condition (a shape test: a guarded symbolic bool): eager runs one branch
         if not isinstance(pred, (bool, int, float)):
             raise RuntimeError(f"Expected pred to be bool or tensor, but got {pred}.")
-        return interp_call(interp, true_fn if pred else false_fn, tuple(operands), {})
+        return inline(true_fn if pred else false_fn, tuple(operands))
     _check_cond_args(pred, true_fn, false_fn, operands)
     tracer = interp.tracer
     if not tracer.recording:
         return native_call(interp, fn, args, kwargs)
     flat, spec = pytree.tree_flatten(tuple(operands))
-    cap = _Capture(interp)
+    cap = _Capture(interp, inline)
     try:
         if tracer.dyn is not None:
             raise SubgraphBreak("torch.cond over tensors with symbolic sizes is not captured yet")
@@ -138,7 +138,7 @@ def _bind_while(cond_fn, body_fn, carried_inputs, additional_inputs=()):
     return cond_fn, body_fn, carried_inputs, additional_inputs
 
 
-def _while_loop(interp, fn, args, kwargs, native_call):
+def _while_loop(interp, fn, args, kwargs, native_call, inline):
     cond_fn, body_fn, carried, additional = _bind_while(*args, **kwargs)
     tracer = interp.tracer
     if not callable(cond_fn) or not callable(body_fn):
@@ -155,7 +155,7 @@ def _while_loop(interp, fn, args, kwargs, native_call):
             *pytree.tree_unflatten(values[n_carried:], a_spec),
         )
 
-    cap = _Capture(interp)
+    cap = _Capture(interp, inline)
     try:
         if tracer.dyn is not None:
             raise SubgraphBreak("while_loop over tensors with symbolic sizes is not captured yet")
@@ -210,8 +210,8 @@ def _run_loop(cond_fn, body_fn, flat: list, n_carried: int, as_args, c_spec) -> 
 class _Capture:
     """Branches traced inline into the frame's graph, then moved out into subgraphs."""
 
-    def __init__(self, interp) -> None:
-        self.interp = interp
+    def __init__(self, interp, inline) -> None:
+        self.inline = inline
         self.tracer = interp.tracer
         self.operand_nodes: list[fx.Node] | None = None
         self.bodies: list[list[fx.Node]] = []
@@ -221,8 +221,6 @@ class _Capture:
     def branch(self, fn, flat: list, as_args, label: str) -> tuple[list, Any]:
         """Trace `fn(*operands)` on copies of the operands; gives its flat outputs and their
         structure. Its nodes stay in the frame's graph until `erase`."""
-        from .calls import interp_call
-
         tracer = self.tracer
         if self.operand_nodes is None:
             self.operand_nodes = [tracer.node_of(t) for t in flat]
@@ -240,7 +238,7 @@ class _Capture:
         sizes = dict(tracer._size_nodes)
         tracer.branch_capture += 1
         try:
-            out = interp_call(self.interp, fn, as_args(copies), {})
+            out = self.inline(fn, as_args(copies))
         finally:
             tracer.branch_capture -= 1
             tracer._size_nodes = sizes
@@ -286,7 +284,7 @@ class _Capture:
         """The real tensors of the `free` nodes (the operands first)."""
         values = list(operands)
         for n in free[len(operands) :]:
-            v = self.tracer.value_of(n)
+            v = _value_of(self.tracer, n)
             if v is None:
                 raise SubgraphBreak(f"a branch reads a value kiln no longer holds ({n.name})")
             values.append(v)
@@ -315,6 +313,23 @@ class _Capture:
         gone = {n for body in self.bodies for n in body}
         if gone:
             self.tracer.forget_nodes(gone)
+
+
+def _value_of(tracer, node: fx.Node) -> torch.Tensor | None:
+    """The real tensor a graph node stands for now (None if kiln no longer holds it)."""
+    if node.op == "get_attr":
+        return tracer.constants.get(node.target)
+    for key, n in tracer.tensor_nodes.items():
+        if n is not node:
+            continue
+        value = tracer.held_value(key)
+        if value is None and key in tracer.sources:
+            value = tracer.sources[key][0]
+        if value is None:
+            value = next((t for t in tracer.keepalive if id(t) == key), None)
+        if value is not None:
+            return value
+    return None
 
 
 def _aliases(t: torch.Tensor, copies: list) -> bool:

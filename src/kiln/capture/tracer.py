@@ -414,22 +414,10 @@ class Tracer:
         self._bind_outputs(tuple(outputs), node)
         return node
 
-    def value_of(self, node: fx.Node) -> torch.Tensor | None:
-        """The real tensor a graph node stands for now (None if kiln no longer holds it)."""
-        if node.op == "get_attr":
-            return self.constants.get(node.target)
-        for key, n in self.tensor_nodes.items():
-            if n is not node:
-                continue
-            ref = self._refs.get(key)
-            value = ref() if ref is not None else None
-            if value is None and key in self.sources:
-                value = self.sources[key][0]
-            if value is None:
-                value = next((t for t in self.keepalive if id(t) == key), None)
-            if value is not None:
-                return value
-        return None
+    def held_value(self, key: int):
+        """The intermediate tensor of this id, while it lives (None once it died)."""
+        ref = self._refs.get(key)
+        return ref() if ref is not None else None
 
     def forget_nodes(self, gone: set) -> None:
         """Take recorded nodes out of the graph, and every table that names them."""
