@@ -25,6 +25,7 @@ CALL_OPS = {"CALL", "CALL_KW", "CALL_FUNCTION_EX"}
 # instructions whose callee's return value goes straight onto the caller's stack: a property
 # getter run by an attribute load resumes into its caller exactly as a call does
 RESULT_OPS = CALL_OPS | {"LOAD_ATTR", "LOAD_METHOD"}
+ATTR_OPS = {"LOAD_ATTR", "LOAD_METHOD"}  # the load is the step (ops_basic._load_attr_at)
 BRANCH_OPS = {
     "POP_JUMP_IF_TRUE",
     "POP_JUMP_IF_FALSE",
@@ -46,7 +47,7 @@ def can_resume(interp) -> bool:
     if op in CALL_OPS:
         if interp.native_nesting > 1:
             return False
-    elif op in BRANCH_OPS:
+    elif op in BRANCH_OPS or op in ATTR_OPS:  # an attribute load: a size that depends on data
         if interp.native_nesting > 0:
             return False
     else:

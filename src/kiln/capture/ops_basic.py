@@ -17,6 +17,7 @@ from . import containers, environ
 from .attributes import _class_attr
 from .bytecode import NULL, opcode
 from .calls import delete_attr, load_attr, store_attr
+from .errors import GraphBreakAt, ResumableBreak
 from .sources import CellSource, ConstSource, GlobalSource, ItemSource
 from .symbolic import apply as sym_apply
 
@@ -280,8 +281,15 @@ def _push_method(interp, frame, obj, name):
 def _load_attr_at(interp, frame, obj, name):
     """An attribute load whose value goes straight onto `frame`'s stack: a property getter it
     runs has `frame` as its caller, so a break inside the getter resumes like one inside a
-    call (continuations.chain_of)."""
-    return load_attr(interp, obj, name, frame)
+    call (continuations.chain_of). A break at the load itself (a data-dependent size read off a
+    tensor) ends the graph with the load as the plain-Python step."""
+    try:
+        return load_attr(interp, obj, name, frame)
+    except ResumableBreak as brk:
+        from .continuations import chain_of
+
+        step = ("call", getattr, (obj, name), {})
+        raise GraphBreakAt(chain_of(interp, frame), step, brk) from None
 
 
 @opcode("LOAD_SUPER_ATTR", since=(3, 12))

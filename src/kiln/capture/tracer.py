@@ -23,7 +23,7 @@ import torch
 import torch.fx as fx
 from torch.overrides import TorchFunctionMode
 
-from . import containers
+from . import containers, data_sizes
 from . import guards as G
 from .context_vars import ContextVarModel
 from .dynamic_floats import FloatSlots
@@ -116,6 +116,7 @@ class Tracer:
         self._examples: list[tuple[fx.Node, tuple | None]] = []  # see example_values
         self._numpy_args = False  # the call being recorded has a NumPy argument
         self.inference_read = False  # the trace read `is_inference()` (inference_guard)
+        self.data_sized = data_sizes.DataSized()  # nonzero's, x[mask]'s outputs and their uses
         self.branch_capture = 0  # > 0 while a torch.cond branch is traced (higher_order.py)
         self.grad_enabled = torch.is_grad_enabled()
         self.guards.add(
@@ -362,6 +363,10 @@ class Tracer:
                     "mark fewer dimensions dynamic",
                 )
                 return out
+        why = self.data_sized.note(info.name, info.label, args, kwargs, out)
+        if why is not None:  # as many outputs as a size that depends on data says
+            self.graph_break(why, data_sizes.HINT)
+            return out
         op, target, a, k = node_target(info, node_args, node_kwargs)
         node = self._op_node(op, target, a, k)
         if self._first_op is None:
@@ -435,6 +440,10 @@ class Tracer:
         """A call that is no graph op: a metadata read (answered), iteration (a recorded
         unbind), a data read or a state change the graph cannot hold (a break)."""
         kind, name = info.kind, info.label
+        why = self.data_sized.size_read("__len__" if kind == "iter" else info.name, args)
+        if why is not None:  # a size that depends on data, into Python: a break
+            self.graph_break(why, data_sizes.HINT)
+            return func(*args, **kwargs)
         if kind == "metadata":
             if info.name == "is_inference" and not self.inference_read:
                 self.note_inference_read()
