@@ -23,7 +23,7 @@ import torch
 import torch.fx as fx
 from torch.overrides import TorchFunctionMode
 
-from . import containers, data_sizes
+from . import containers, data_sizes, numpy_values
 from . import guards as G
 from .context_vars import ContextVarModel
 from .dynamic_floats import FloatSlots
@@ -204,8 +204,8 @@ class Tracer:
         elif _identity_matters(value):
             if not isinstance(source, ConstSource):
                 self.guards.add(G.id_guard(source, value))
-        else:
-            self.guards.add(G.type_guard(source, value))
+        else:  # NumPy values by value (numpy_values.py), anything else by type
+            self.guards.add(numpy_values.guard(source, value) or G.type_guard(source, value))
 
     def source_of(self, value: Any) -> Source | None:
         seen = self.sources.get(id(value))
