@@ -23,7 +23,7 @@ import torch
 import torch.fx as fx
 from torch.overrides import TorchFunctionMode
 
-from . import containers, data_sizes, numpy_values
+from . import containers, data_sizes, leaf_tensors, numpy_values
 from . import guards as G
 from .context_vars import ContextVarModel
 from .dynamic_floats import FloatSlots
@@ -322,8 +322,8 @@ class Tracer:
         kind = info.kind
         if kind != "call" and kind != "mutation":
             return self._not_recorded(info, func, args, kwargs)
-        if info.name == "requires_grad_" and _already_requires_grad(args, kwargs):
-            return args[0]  # a no-op in eager too; recorded, AOT autograd would refuse it
+        if info.name == "requires_grad_" and leaf_tensors.handled(self, args, kwargs):
+            return args[0]  # a no-op, or a new leaf of autograd: a break (leaf_tensors.py)
         node_args = self._node_args(args)
         node_kwargs = {k: _map(self._as_arg, v) for k, v in kwargs.items()} if kwargs else {}
         if self._numpy_args:
@@ -768,13 +768,3 @@ def _meta_of(layout: tuple | None) -> torch.Tensor:
 
 
 __all__ = ["Tracer", "Break", "set_autocast", "AttrSource"]
-
-
-def _already_requires_grad(args: tuple, kwargs: dict) -> bool:
-    """`t.requires_grad_(True)` on a tensor computed from ones that require grad: nothing to do
-    (HF's gradient checkpointing calls it on the embeddings' output)."""
-    t = args[0] if args else None
-    wanted = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
-    return (
-        isinstance(t, torch.Tensor) and wanted is True and t.requires_grad and t.grad_fn is not None
-    )
