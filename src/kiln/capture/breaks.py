@@ -52,6 +52,8 @@ def handle(cf, tracer, brk: GraphBreakAt) -> Any:
         inner_pc = brk.chain[-1].pc
         if step[0] == "call":
             conts[True] = continuation(root, with_pc(specs, inner_pc, push=True), len(values) + 1)
+        elif step[0] == "store":  # nothing goes on the stack after an attribute store
+            conts[True] = continuation(root, with_pc(specs, inner_pc, push=False), len(values))
         else:
             _, _value, target, nxt, jump_if_true = step
             conts[jump_if_true] = continuation(root, with_pc(specs, target, False), len(values))
@@ -83,6 +85,13 @@ def _tail(rb, step: tuple, values: list, conts: dict) -> list[str]:
             f"___r = {rb.expr(fn)}({', '.join(call_args)})",
             f"return {cont}({', '.join([*vals, '___r'])})",
         ]
+    if step[0] == "store":
+        _, obj, name, value = step
+        cont = rb.namer.const(conts[True], "cont")
+        return [
+            f"setattr({rb.expr(obj)}, {name!r}, {rb.expr(value)})",
+            f"return {cont}({', '.join(vals)})",
+        ]
     _, value, _target, _nxt, _jump_if_true = step
     yes, no = rb.namer.const(conts[True], "cont"), rb.namer.const(conts[False], "cont")
     return [
@@ -100,6 +109,9 @@ def _finish_call(cf, tracer, brk: GraphBreakAt, specs, values: list, conts: dict
             _, fn, args, kwargs = step
             # the step runs natively, as eager would run it: on plain numbers
             outcome = fn(*unwrap(tuple(args)), **unwrap(dict(kwargs)))
+        elif step[0] == "store":
+            _, obj, name, value = step
+            outcome = setattr(obj, name, unwrap(value))
         else:
             outcome = bool(step[1])
     except Exception as e:  # the user's frame may catch it: finish concretely
@@ -111,6 +123,8 @@ def _finish_call(cf, tracer, brk: GraphBreakAt, specs, values: list, conts: dict
     values = [unwrap(v) for v in values]
     if step[0] == "call":
         return conts[True](*values, outcome)
+    if step[0] == "store":
+        return conts[True](*values)
     return conts[outcome](*values)
 
 
@@ -129,7 +143,7 @@ def _resume_concretely(cf, brk: GraphBreakAt, outcome: Any = None, exc=None) -> 
     if exc is None:
         if brk.step[0] == "call":
             inner.stack.append(outcome)
-        else:
+        elif brk.step[0] == "branch":
             _, _value, target, nxt, jump_if_true = brk.step
             inner.pc = target if outcome == jump_if_true else nxt
     return resume_chain(interp, brk.chain, exc)

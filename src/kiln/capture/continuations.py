@@ -25,7 +25,8 @@ CALL_OPS = {"CALL", "CALL_KW", "CALL_FUNCTION_EX"}
 # instructions whose callee's return value goes straight onto the caller's stack: a property
 # getter run by an attribute load resumes into its caller exactly as a call does
 RESULT_OPS = CALL_OPS | {"LOAD_ATTR", "LOAD_METHOD"}
-ATTR_OPS = {"LOAD_ATTR", "LOAD_METHOD"}  # the load is the step (ops_basic._load_attr_at)
+# the load or store is the step (ops_basic: a data-dependent size read, `t.requires_grad = True`)
+ATTR_OPS = {"LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR"}
 BRANCH_OPS = {
     "POP_JUMP_IF_TRUE",
     "POP_JUMP_IF_FALSE",

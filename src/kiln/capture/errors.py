@@ -69,7 +69,8 @@ class SubgraphBreak(KilnInternal):
 
 class GraphBreakAt(KilnInternal):
     """The graph ends here. `chain` is root..innermost; `step` is what runs in plain Python:
-    ("call", fn, args, kwargs) or ("branch", value, jump_if, target_pc, next_pc)."""
+    ("call", fn, args, kwargs), ("store", obj, name, value) (an attribute store) or
+    ("branch", value, jump_if, target_pc, next_pc)."""
 
     def __init__(self, chain: list, step: tuple, brk: ResumableBreak):
         super().__init__(brk.reason)

@@ -310,7 +310,13 @@ def op_load_super_attr(interp, frame, inst):
 def op_store_attr(interp, frame, inst):
     obj = frame.stack.pop()
     value = frame.stack.pop()
-    store_attr(interp, obj, inst.argval, value)
+    try:
+        store_attr(interp, obj, inst.argval, value)
+    except ResumableBreak as brk:  # a tensor attribute a graph cannot hold: the store is the step
+        from .continuations import chain_of
+
+        step = ("store", obj, inst.argval, value)
+        raise GraphBreakAt(chain_of(interp, frame), step, brk) from None
 
 
 @opcode("DELETE_ATTR")
