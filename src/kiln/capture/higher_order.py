@@ -84,7 +84,8 @@ def _cond(interp, fn, args, kwargs, native_call, inline):
         # it (its gradients: zeros for what only the other branch reads, not None)
         with torch._C.DisableTorchFunction():
             chosen = torch.ops.higher_order.cond(pred, subs[0], subs[1], tuple(values))
-        tracer.record_higher_order(
+        _record(
+            tracer,
             torch.ops.higher_order.cond,
             [tracer.node_of(pred), *subs, tuple(free)],
             ("cond_true", "cond_false"),
@@ -182,7 +183,8 @@ def _while_loop(interp, fn, args, kwargs, native_call, inline):
         subs = [cap.subgraph(0, free, single=True), cap.subgraph(1, free)]
         cap.erase()
         result = _run_loop(cond_fn, body_fn, flat, n_carried, as_args, c_spec)
-        tracer.record_higher_order(
+        _record(
+            tracer,
             torch.ops.higher_order.while_loop,
             [*subs, tuple(free[:n_carried]), tuple(free[n_carried:])],
             ("while_cond", "while_body"),
@@ -313,6 +315,25 @@ class _Capture:
         gone = {n for body in self.bodies for n in body}
         if gone:
             self.tracer.forget_nodes(gone)
+
+
+def _record(tracer, target, args: list, names: tuple, outputs: tuple) -> fx.Node:
+    """A control-flow operator (capture/higher_order.py): one node whose subgraphs (the
+    GraphModules among `args`, named after `names`) the graph module holds; `outputs`,
+    the real results, are bound to its items."""
+    node_args = []
+    names_left = iter(names)
+    for a in args:
+        if isinstance(a, fx.GraphModule):
+            name = tracer._fresh(f"{next(names_left)}_graph")
+            tracer.constants[name] = a  # a submodule of the graph module (frontend)
+            a = tracer.graph.get_attr(name)
+            if tracer._first_op is None:
+                tracer._first_op = a
+        node_args.append(a)
+    node = tracer._op_node("call_function", target, tuple(node_args), {})
+    tracer._bind_outputs(tuple(outputs), node)
+    return node
 
 
 def _value_of(tracer, node: fx.Node) -> torch.Tensor | None:

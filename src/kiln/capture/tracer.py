@@ -401,24 +401,6 @@ class Tracer:
         self._bind_outputs(out, node)
         return out
 
-    def record_higher_order(self, target, args: list, names: tuple, outputs: tuple) -> fx.Node:
-        """A control-flow operator (capture/higher_order.py): one node whose subgraphs (the
-        GraphModules among `args`, named after `names`) the graph module holds; `outputs`,
-        the real results, are bound to its items."""
-        node_args = []
-        names_left = iter(names)
-        for a in args:
-            if isinstance(a, fx.GraphModule):
-                name = self._fresh(f"{next(names_left)}_graph")
-                self.constants[name] = a  # a submodule of the graph module (frontend)
-                a = self.graph.get_attr(name)
-                if self._first_op is None:
-                    self._first_op = a
-            node_args.append(a)
-        node = self._op_node("call_function", target, tuple(node_args), {})
-        self._bind_outputs(tuple(outputs), node)
-        return node
-
     def held_value(self, key: int):
         """The intermediate tensor of this id, while it lives (None once it died)."""
         ref = self._refs.get(key)
