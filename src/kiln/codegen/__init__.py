@@ -16,8 +16,7 @@ bindings), cpp/ (the cpu device: C++/OpenMP), triton/ (the cuda device: Triton).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy_exports import lazy_exports
 
 # imported on first use: loading a cached graph (cpp/load.py, triton/load.py) must not import
 # the pipeline, which imports lowering and scheduling (and sympy)
@@ -32,12 +31,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _WHERE)
 
 
 __all__ = [

@@ -25,7 +25,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent  # src/kiln
 
 BASE = frozenset(
-    {"version", "logs", "options", "gc_pause", "lazy_graphs", "native", "contracts", "trace"}
+    {
+        "version",
+        "logs",
+        "options",
+        "gc_pause",
+        "lazy_graphs",
+        "lazy_exports",
+        "native",
+        "contracts",
+        "trace",
+    }
 )
 
 # part -> the parts it may import (besides itself and the base modules). A part is a top-level

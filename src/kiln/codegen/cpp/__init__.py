@@ -7,8 +7,7 @@ Files: ops.py (dtype/op/constant tables and the prelude), renderer.py (kernel lo
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ...lazy_exports import lazy_exports
 
 # imported on first use: load.py (a cached graph's load) must not import the renderer
 _WHERE = {
@@ -18,12 +17,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _WHERE)
 
 
 __all__ = ["CppKernel", "CppModule", "render_module"]

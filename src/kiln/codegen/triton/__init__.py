@@ -11,8 +11,7 @@ names), load.py (a built graph loaded from its data). The builder is runtime/tri
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ...lazy_exports import lazy_exports
 
 # imported on first use: load.py (a cached graph's load) must not import the renderer
 _WHERE = {
@@ -23,12 +22,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _WHERE)
 
 
 __all__ = ["TritonKernel", "TritonModule", "render_module", "render_wrapper"]
