@@ -15,7 +15,6 @@ import argparse
 import io
 import logging
 import os
-import statistics
 import sys
 
 import torch
@@ -23,21 +22,11 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 
-def b2b_ms(fn, inputs, blocks: int = 3, calls: int = 30) -> float:
-    times = []
-    for _ in range(blocks):
-        for _ in range(5):
-            fn(*inputs)
-        ev = []
-        for _ in range(calls):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn(*inputs)
-            e.record()
-            ev.append((s, e))
-        torch.cuda.synchronize()
-        times += [s.elapsed_time(e) for s, e in ev]
-    return statistics.median(times)
+def b2b_ms(fn, inputs) -> float:
+    """`fn(*inputs)`'s back-to-back time, as `kiln bench` takes it (kiln.bench.measure)."""
+    from kiln.bench.measure import back_to_back_medians
+
+    return back_to_back_medians([lambda _: fn(*inputs)], ())[0]
 
 
 def _inductor_sources() -> str:
