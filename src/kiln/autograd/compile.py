@@ -61,7 +61,7 @@ from .attention_masks import simplify_attention_masks
 from .float_inputs import as_tensors, float_positions, make_tensor_inputs
 from .partition import Partition, partition_joint
 from .runtime import InferenceEntry, SymbolicOutputs, TrainingEntry, TrainingPlan
-from .symbolic import FakeWorld, SizeReader, guards_since, symbolic_world
+from .symbolic import FakeWorld, SizeReader, guards_since, needs_shape_env, symbolic_world
 from .tensor_scalars import rewrite_tensor_scalars
 from .tracing import trace_inference, trace_training
 
@@ -213,6 +213,8 @@ class AotCompiled:
 
     def _trace_entry_now(self, args: list, key: tuple, world: FakeWorld | None):
         self.traces += 1
+        if world is None and needs_shape_env(self.gm):
+            world = FakeWorld.static(shape_env=True)
         grad_enabled = torch.is_grad_enabled()
         meta = analyze(self.gm, args, grad_enabled, world)
         outputs = SymbolicOutputs(meta, self.reader) if meta.symbolic and self.reader else None

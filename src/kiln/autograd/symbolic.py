@@ -57,8 +57,10 @@ class FakeWorld:
         self.symbolic = examples is not None
 
     @classmethod
-    def static(cls) -> "FakeWorld":
-        return cls(FakeTensorMode())
+    def static(cls, shape_env: bool = False) -> "FakeWorld":
+        """Fakes of the call's own sizes; `shape_env`: with a shape environment all the same,
+        for ops whose fake kernels make sizes of their own (`needs_shape_env`)."""
+        return cls(FakeTensorMode(shape_env=ShapeEnv() if shape_env else None))
 
     @property
     def shape_env(self) -> ShapeEnv | None:
@@ -112,6 +114,18 @@ def symbolic_world(gm: torch.fx.GraphModule) -> FakeWorld | None:
     if mode is None:
         return None
     return FakeWorld(mode, examples)
+
+
+def needs_shape_env(gm: torch.fx.GraphModule) -> bool:
+    """Whether tracing `gm` needs a shape environment even at static sizes: torch's fake
+    `while_loop` gives its carried sizes as (unbacked) symbols of one, and has none to use
+    without it."""
+    return any(n.op == "call_function" and n.target in _SHAPE_ENV_OPS for n in gm.graph.nodes)
+
+
+_SHAPE_ENV_OPS = tuple(
+    op for op in (getattr(torch.ops.higher_order, "while_loop", None),) if op is not None
+)
 
 
 def guards_since(shape_env: ShapeEnv, start: int) -> list[sympy.Basic]:
@@ -183,12 +197,16 @@ def _compile(source: str, name: str) -> Callable:
     return scope[name]
 
 
+UNBACKED_HINT = 8192  # the size assumed for a size no input holds (it is only a weight)
+
+
 def hint(value: Any) -> int:
     """A size's value at the sizes first seen (the shape environment's hint)."""
     if isinstance(value, torch.SymInt):
         node = value.node
         known = node.hint if node.has_hint() else None
-        if known is None:  # (an expression over symbols that have hints)
-            known = node.shape_env.size_hint(node.expr)
+        if known is None:  # an expression over symbols that have hints, or an unbacked size
+            # (a while_loop's iteration count): a guess, which only weighs costs
+            known = node.shape_env.optimization_hint(node.expr, fallback=UNBACKED_HINT)
         return int(known)
     return int(value)

@@ -26,6 +26,7 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from .. import logs
 
@@ -182,7 +183,7 @@ class SizeSpecialized:
 def concrete_copy(gm: torch.fx.GraphModule, args: list) -> torch.fx.GraphModule:
     """`gm` traced again with fake inputs of `args`' sizes: every size is a constant. The copy
     takes the tensor inputs only (ints are baked in)."""
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=_shape_env_for(gm))
     tensor_pos = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
     fakes = [mode.from_tensor(args[i], static_shapes=True) for i in tensor_pos]
     values = list(args)
@@ -195,6 +196,20 @@ def concrete_copy(gm: torch.fx.GraphModule, args: list) -> torch.fx.GraphModule:
 
     with mode:
         return make_fx(run)(*fakes)
+
+
+def _shape_env_for(gm: torch.fx.GraphModule) -> ShapeEnv | None:
+    """A shape environment for a graph whose fake run makes sizes of its own even at constant
+    input sizes: a control-flow operator (while_loop's fake kernel makes its carried sizes
+    symbols of one) or a tensor read as a number (a while_loop's backward indexes its saved
+    iterations by one); None for any other graph (no symbols can appear)."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and (
+            isinstance(n.target, torch._ops.HigherOrderOperator)
+            or n.target is torch.ops.aten._local_scalar_dense.default
+        ):
+            return ShapeEnv()
+    return None
 
 
 def specialize_per_size(
