@@ -48,7 +48,8 @@ PROGRAM = textwrap.dedent(
         worst = max(worst, (got - want).abs().max().item())
         with torch.no_grad():  # the inference entry
             worst = max(worst, (compiled(x) - model(x)).abs().max().item())
-    print(json.dumps({**warm.STATS, "worst": worst, "lowered": "kiln.lower" in sys.modules}))
+    lowered, sympy = "kiln.lower" in sys.modules, "sympy" in sys.modules
+    print(json.dumps({**warm.STATS, "worst": worst, "lowered": lowered, "sympy": sympy}))
     """
 )
 
@@ -74,6 +75,7 @@ def test_new_process_loads_instead_of_compiling(tmp_path):
     assert hot["worst"] < 1e-4
     assert hot["hits"] == 2 and hot["misses"] == 0
     assert not hot["lowered"], "a warm start imported the lowering modules"
+    assert not hot["sympy"], "a warm start of a graph with static sizes imported sympy"
     off = _run(tmp_path, cache, seed=3, KILN_ARTIFACT_CACHE="0")
     assert off["hits"] == 0 and off["lowered"] and off["worst"] < 1e-4
 
@@ -284,3 +286,62 @@ def test_dynamic_and_static_graphs_never_share_an_entry():
     kiln.reset()
     static, dynamic = (warm.graph_key(g) for g in graphs)
     assert static != dynamic
+
+
+DYNAMIC = textwrap.dedent(
+    """
+    import json, sys, torch, kiln
+    from kiln.backends import warm
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+
+    def step(x):
+        y = model(x)
+        return y.softmax(-1) * x.shape[0], y.view(-1, 2)  # a size and a view of symbolic sizes
+
+    compiled = kiln.compile(step, dynamic=True)
+    worst = 0.0
+    for rows in map(int, sys.argv[1].split(",")):
+        x = torch.randn(rows, 8, generator=torch.Generator().manual_seed(rows))
+        got = compiled(x)
+        sum(g.square().sum() for g in got).backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        want = step(x)
+        sum(w.square().sum() for w in want).backward()
+        for g, p in zip(grads, model.parameters()):
+            worst = max(worst, (g - p.grad).abs().max().item())
+        model.zero_grad()
+        for g, w in zip(got, want):
+            assert g.shape == w.shape, (g.shape, w.shape)
+            worst = max(worst, (g - w).abs().max().item())
+    lowered = "kiln.lower" in sys.modules
+    print(json.dumps({**warm.STATS, "worst": worst, "lowered": lowered}))
+    """
+)
+
+
+def test_dynamic_entry_serves_other_sizes_in_a_new_process(tmp_path):
+    script = tmp_path / "dynamic.py"
+    script.write_text(DYNAMIC)
+    env = {
+        **os.environ,
+        "KILN_CACHE_DIR": str(tmp_path / "cache"),
+        "PYTHONPATH": SRC,
+        "KILN_ARTIFACT_CACHE": "1",
+    }
+
+    def run(sizes: str) -> dict:
+        out = subprocess.run(
+            [sys.executable, str(script), sizes], env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    cold = run("5")
+    assert cold["worst"] < 1e-4 and cold["stored"] == 1 and cold["not_cached"] == 0, cold
+    hot = run("7,12,3")  # sizes the compile never saw, one entry for all of them
+    assert hot["worst"] < 1e-4, hot
+    assert hot["hits"] == 1 and hot["misses"] == 0 and hot["stored"] == 0, hot
+    assert not hot["lowered"], "a warm start of a dynamic graph compiled it again"

@@ -8,7 +8,8 @@ attention_masks.py  constant SDPA masks that mask nothing, or are causal, leave 
 float_inputs.py     float inputs (a learning rate) as 0-d tensors: new values reuse the entry
 tensor_scalars.py   Scalar arguments given as tensors (optimizer step sizes) as tensor arithmetic
 analyze.py    fake run of the captured graph: mutated inputs, output aliasing, grad mode
-symbolic.py   symbolic sizes: capture's fake world to trace in, sizes and guards read per call
+symbolic.py   symbolic sizes: capture's fake world to trace in
+sizes.py      sizes and shape guards read per call (imports sympy: symbolic graphs only)
 tracing.py    make_fx + functionalize: functional forward, joint fw/bw (vjp), inference graph
 decomps.py    the decomposition table kiln traces with, and why each op is in it
 partition.py  joint graph -> forward + backward graphs (min-cut or save-all)

@@ -48,7 +48,7 @@ values are handed over that way).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Union
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Union
 
 import torch
 import torch.fx
@@ -61,9 +61,12 @@ from .attention_masks import simplify_attention_masks
 from .float_inputs import as_tensors, float_positions, make_tensor_inputs
 from .partition import Partition, partition_joint
 from .runtime import InferenceEntry, SymbolicOutputs, TrainingEntry, TrainingPlan
-from .symbolic import FakeWorld, SizeReader, guards_since, needs_shape_env, symbolic_world
+from .symbolic import FakeWorld, needs_shape_env, symbolic_world
 from .tensor_scalars import rewrite_tensor_scalars
 from .tracing import trace_inference, trace_training
+
+if TYPE_CHECKING:
+    from .sizes import SizeReader
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
 Entry = Union[InferenceEntry, TrainingEntry]
@@ -112,7 +115,11 @@ class AotCompiled:
         # symbolic sizes: capture's fake world; the shape environment's guards from index
         # `guards_from` on are the ones AOT autograd added (capture checks those before)
         self.world = world
-        self.reader = SizeReader(world.examples or []) if world is not None else None
+        self.reader: SizeReader | None = None
+        if world is not None:
+            from .sizes import SizeReader  # (sympy: only a graph with symbolic sizes loads it)
+
+            self.reader = SizeReader(world.examples or [])
         self.guards_from = guards_from
         # entries for calls a symbolic entry's guards refused, per (key, input shapes)
         self.sized_entries: dict[tuple, Any] = {}
@@ -124,6 +131,9 @@ class AotCompiled:
         self.float_inputs: list[int] = []  # float inputs passed as 0-d tensors
         # where compiled entries are kept across processes (EntryStore; None: nowhere)
         self.entry_store: EntryStore | None = None
+        # called before the first entry is traced and compiled, not when the store gives it
+        # (the backend starts its compile workers there: a warm start starts none)
+        self.on_compile: Callable[[], None] | None = None
 
     @staticmethod
     def key(args) -> tuple:
@@ -159,20 +169,30 @@ class AotCompiled:
         """The entry for `key`: from `entry_store` when it has it (a warm start), else
         compiled, and then offered to the store."""
         store = self.entry_store
-        if store is None or self.world is not None:  # (a symbolic entry holds shape guards
-            # and size readers the store does not keep: it is traced in every process)
-            return self._compile_entry(args, key)
+        if store is None:
+            return self._compile_now(args, key)
         entry = store.load(self, args, key)
         if entry is None:
-            entry = self._compile_entry(args, key)
-            store.save(self, args, key, entry)
+            symbolic = self.world is not None
+            entry = self._compile_now(args, key)
+            # (a symbolic graph whose trace fell back to this call's sizes is not kept: its
+            # key says symbolic sizes, its entry was made for these)
+            if (self.world is not None) == symbolic:
+                store.save(self, args, key, entry)
         return entry
+
+    def _compile_now(self, args: list, key: tuple):
+        if self.on_compile is not None:
+            self.on_compile()
+        return self._compile_entry(args, key)
 
     def _compile_entry(self, args: list, key: tuple):
         """The entry for `key`: symbolic (guarded by what its trace added) when the graph has
         symbolic sizes, else traced for `args`' sizes."""
         if self.world is None or self.reader is None:
             return self._trace_entry(args, key, None)
+        from .sizes import guards_since
+
         env = self.world.shape_env
         entry = self._trace_entry(args, key, self.world)
         guards = guards_since(env, self.guards_from) if env is not None else []
@@ -217,7 +237,7 @@ class AotCompiled:
             world = FakeWorld.static(shape_env=True)
         grad_enabled = torch.is_grad_enabled()
         meta = analyze(self.gm, args, grad_enabled, world)
-        outputs = SymbolicOutputs(meta, self.reader) if meta.symbolic and self.reader else None
+        outputs = SymbolicOutputs.of(meta, self.reader) if meta.symbolic and self.reader else None
         if not meta.needs_autograd:
             fwd = trace_inference(self.gm, meta, args, grad_enabled, self.decompositions, world)
             logs.log("aot_graphs", lambda: "inference graph:\n" + _readable(fwd.gm))
@@ -315,6 +335,7 @@ def aot_compile(
     partition: str = "min_cut",
     fixed_call_key: bool = False,
     entry_store: EntryStore | None = None,
+    on_compile: Callable[[], None] | None = None,
 ) -> Callable:
     """Compile a captured graph ahead of time: functional ATen graphs, forward/backward split.
 
@@ -323,6 +344,7 @@ def aot_compile(
     `fixed_call_key`: the caller's guards fix everything the per-call key is made of
     (`CaptureInfo.fixed_call_key`), so calls after the first skip computing it.
     `entry_store`: where entries are looked up before compiling and kept after (EntryStore).
+    `on_compile()`: called before the first entry is compiled (not when the store has it).
     The entry for `example_inputs` (under the current grad mode) is compiled right away.
     """
     world = symbolic_world(gm)
@@ -349,8 +371,10 @@ def aot_compile(
     )
     compiled.float_inputs = floats
     compiled.entry_store = entry_store
+    compiled.on_compile = on_compile
     key = compiled.key(example_inputs)
     entry = compiled.entries[key] = compiled._new_entry(list(example_inputs), key)
+    compiled.on_compile = None  # (the backend stops its workers once this returns)
     if compiled.fixed_key:  # calls after this one skip the key (the first may not come here)
         compiled.only = entry
     return compiled

@@ -25,14 +25,16 @@ Double backward (`create_graph=True`) is refused in the backward with `DOUBLE_BA
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.utils import _pytree as pytree
 
 from .analyze import GraphMeta, OutputAlias
 from .errors import DOUBLE_BACKWARD_MESSAGE
-from .symbolic import SizeReader
+
+if TYPE_CHECKING:
+    from .sizes import SizeReader
 
 
 @dataclass
@@ -110,20 +112,25 @@ def _rebuild_view(base: torch.Tensor, alias: OutputAlias, geometry: tuple) -> to
 class SymbolicOutputs:
     """Per call, the values of the outputs that depend on symbolic sizes (`GraphMeta.symbolic`):
     a size the graph returns, or the size, stride and offset of a view it returns; read from
-    the call's inputs by one compiled function (symbolic.py, `SizeReader`)."""
+    the call's inputs by one compiled function (sizes.py, `SizeReader`)."""
 
-    def __init__(self, meta: GraphMeta, reader: SizeReader) -> None:
+    def __init__(self, spans: dict[int, tuple[int, int, int]], read: Callable) -> None:
+        self.spans = spans  # output -> (start, ndim, kind)
+        self.read = read  # args -> the values, flat (`read.source`: its code, symbolic.py)
+
+    @classmethod
+    def of(cls, meta: GraphMeta, reader: SizeReader) -> SymbolicOutputs:
         values: list = []
-        self.spans: dict[int, tuple[int, int, int]] = {}  # output -> (start, ndim, kind)
+        spans: dict[int, tuple[int, int, int]] = {}
         for j in meta.symbolic:
             alias = meta.outputs[j]
             if alias.kind == "sym":
-                self.spans[j] = (len(values), 0, 0)
+                spans[j] = (len(values), 0, 0)
                 values.append(alias.value)
             else:
-                self.spans[j] = (len(values), len(alias.size), 1)
+                spans[j] = (len(values), len(alias.size), 1)
                 values += [*alias.size, *alias.stride, alias.offset]
-        self.read = reader.compile(values, "symbolic_outputs")
+        return cls(spans, reader.compile(values, "symbolic_outputs"))
 
     def __call__(self, args) -> dict[int, Any]:
         v = self.read(args)

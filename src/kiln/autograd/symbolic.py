@@ -8,10 +8,11 @@ Takes a captured graph whose placeholders carry capture's fake tensors with symb
   symbolic world is capture's own mode, and each input's fake has capture's symbols, so one
   trace serves every size (the sizes first seen are the hints that decide what the trace
   needs to know, and what it needs becomes a guard of the shape environment).
-- `SizeReader`: where each symbol lives in a call's inputs (`args[0].size(1)`, an int input),
-  and functions compiled from expressions over the symbols: the guards AOT tracing added
-  (`check(args) -> bool`) and values computed per call (a size the graph returns, the geometry
-  of an output that is a view).
+- `hint`: a size's value at the sizes first seen.
+
+Sizes read at run time (`SizeReader`, the shape guards AOT tracing added) are in sizes.py,
+which imports sympy: only a graph with symbolic sizes loads it (sympy's import is ~0.3 s of a
+warm start's first call otherwise).
 
 Why: AOT autograd traces once for all sizes; what the trace relied on that capture had not
 already checked must be checked on every call, or a size that breaks it would get a graph that
@@ -21,14 +22,14 @@ was made for another (a wrong result, not a slow one).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import sympy
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
-from torch.utils._sympy.printers import PythonPrinter
+
+if TYPE_CHECKING:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -60,7 +61,11 @@ class FakeWorld:
     def static(cls, shape_env: bool = False) -> "FakeWorld":
         """Fakes of the call's own sizes; `shape_env`: with a shape environment all the same,
         for ops whose fake kernels make sizes of their own (`needs_shape_env`)."""
-        return cls(FakeTensorMode(shape_env=ShapeEnv() if shape_env else None))
+        if not shape_env:
+            return cls(FakeTensorMode())
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv  # (imports sympy)
+
+        return cls(FakeTensorMode(shape_env=ShapeEnv()))
 
     @property
     def shape_env(self) -> ShapeEnv | None:
@@ -128,73 +133,15 @@ _SHAPE_ENV_OPS = tuple(
 )
 
 
-def guards_since(shape_env: ShapeEnv, start: int) -> list[sympy.Basic]:
-    """The guards of `shape_env` added after the first `start`, less repeats of earlier ones
-    and constants (True)."""
-    seen = {g.expr for g in shape_env.guards[:start]}
-    out: list[sympy.Basic] = []
-    for g in shape_env.guards[start:]:
-        expr = shape_env.simplify(g.expr)
-        if expr in seen or expr == sympy.true or not expr.free_symbols:
-            continue
-        seen.add(expr)
-        out.append(expr)
-    return out
-
-
-class SizeReader:
-    """Where each symbol of a symbolic world's inputs is found in a call's arguments, and
-    Python functions over them. `args` are the call's flat inputs, in placeholder order."""
-
-    def __init__(self, examples: list) -> None:
-        self.names: dict[sympy.Symbol, sympy.Symbol] = {}
-        for i, ev in enumerate(examples):
-            if isinstance(ev, torch.Tensor):
-                for d, s in enumerate(ev.shape):
-                    self._locate(s, f"a[{i}].size({d})")
-                for d, s in enumerate(ev.stride()):
-                    self._locate(s, f"a[{i}].stride({d})")
-                self._locate(ev.storage_offset(), f"a[{i}].storage_offset()")
-            else:
-                self._locate(ev, f"a[{i}]")
-        self._printer = PythonPrinter()
-
-    def _locate(self, value: Any, where: str) -> None:
-        if isinstance(value, torch.SymInt):
-            expr = value.node.expr
-            if isinstance(expr, sympy.Symbol) and expr not in self.names:
-                self.names[expr] = sympy.Symbol(where)
-
-    def can_read(self, expr: sympy.Basic) -> bool:
-        return all(s in self.names for s in expr.free_symbols)
-
-    def render(self, expr: Any) -> str:
-        if isinstance(expr, _SYM_TYPES):
-            expr = expr.node.expr
-        return self._printer.doprint(sympy.sympify(expr).xreplace(self.names))
-
-    def compile(self, values: list, name: str) -> Callable[[Any], tuple]:
-        """`fn(args) -> tuple` of `values` (SymInts, SymFloats, SymBools or constants) for the
-        call `args`, as plain numbers."""
-        parts = []
-        for v in values:
-            conv = "float" if isinstance(v, (float, torch.SymFloat)) else "int"
-            if isinstance(v, (bool, torch.SymBool)):
-                conv = "bool"
-            parts.append(f"{conv}({self.render(v)})")
-        body = "".join(f"{p}, " for p in parts)
-        return _compile(f"def {name}(a):\n    return ({body})", name)
-
-    def check(self, exprs: list) -> Callable[[Any], bool]:
-        """`fn(args) -> bool`: every guard holds for the call `args`."""
-        body = " and ".join(f"({self.render(e)})" for e in exprs) or "True"
-        return _compile(f"def shape_guards(a):\n    return bool({body})", "shape_guards")
-
-
-def _compile(source: str, name: str) -> Callable:
+def compile_function(source: str, name: str) -> Callable:
+    """The function `name` that `source` (generated Python over a call's inputs `a`, sizes.py)
+    defines; it keeps `source` (`fn.source`): the compiled-artifact cache stores that text and
+    compiles it again in a later process without sympy (backends/warm.py)."""
     scope: dict[str, Any] = {"max": max, "min": min, "abs": abs, "math": math}
     exec(compile(source, f"<kiln aot {name}>", "exec"), scope)
-    return scope[name]
+    fn = scope[name]
+    fn.source = source
+    return fn
 
 
 UNBACKED_HINT = 8192  # the size assumed for a size no input holds (it is only a weight)

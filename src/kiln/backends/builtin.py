@@ -188,7 +188,8 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo)
 
         checked = _tensor_positions(gm, info.checked_inputs)
         compilers["entry_store"] = entry_store(info, checked)
-    _prestart_compile_workers(example_inputs)
+    # when the graph is compiled, not when the artifact cache has it (a warm start)
+    compilers["on_compile"] = lambda: _prestart_compile_workers(example_inputs)
     try:
         return _aot_or_eager("inductor", gm, example_inputs, info, **compilers)
     finally:  # the graph is compiled: idle compile workers would slow its calls

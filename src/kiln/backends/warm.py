@@ -25,6 +25,13 @@ The key of an entry is a SHA-256 of everything the compiled entry depends on:
   and CPU, Triton and the GPU for CUDA graphs, and global torch state compilation reads
   (default dtype, autocast, deterministic algorithms, matmul precision and TF32 flags).
 
+A graph with symbolic sizes (dynamic) is keyed by its inputs' symbolic sizes (`s0`, not the
+call's 8), so one entry serves every size in every process. Its entry keeps, as Python source
+over the call's inputs (`a[0].size(0)`), the shape guards AOT tracing added and the functions
+that compute outputs' symbolic sizes; a call that fails the guards gets an entry traced for its
+own sizes, as in the process that compiled it. An entry whose trace fell back to the call's
+sizes is not kept under the symbolic key.
+
 What is not kept (it compiles as before, every process): a graph whose call targets or
 attributes cannot be named soundly (a callable object, a closure over a tensor), an entry any
 of whose graphs fell back to eager kernels (the fallback is recorded again each time), graphs
@@ -39,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.metadata
+import io
 import marshal
 import pickle
 import sys
@@ -50,13 +58,15 @@ import torch
 
 from .. import logs, options, trace
 from ..autograd.analyze import GraphMeta
-from ..autograd.runtime import InferenceEntry, TrainingEntry, TrainingPlan
+from ..autograd.compile import GuardedEntry
+from ..autograd.runtime import InferenceEntry, SymbolicOutputs, TrainingEntry, TrainingPlan
+from ..autograd.symbolic import compile_function
 from ..contracts import CaptureInfo
 from ..devices import Loadable
 from ..runtime.artifacts import open_store
 from ..version import source_digest
 
-FORMAT = 1
+FORMAT = 2
 # logs that show compile products: while one is on, entries are compiled, not loaded
 _DETAIL_LOGS = ("aot_graphs", "output_code", "passes", "schedule", "perf_hints")
 # options that do not change what is compiled
@@ -105,7 +115,7 @@ class WarmStore:
                         self.graph_key,
                         _config(self.info, self.checked, compiled),
                         repr(entry_key),
-                        _args(args),
+                        _args(args, compiled.world.examples if compiled.world else None),
                         _environment(args, self.info.options.get("codegen.device")),
                     ]
                 ).encode()
@@ -129,7 +139,7 @@ class WarmStore:
             STATS["misses"] += 1
             return None
         try:
-            entry = unpack(data)
+            entry = unpack(data, compiled, entry_key)
         except Exception as e:  # an entry of other code that slipped past the key: compile
             logs.warn(f"kiln cache: cannot load compiled graph {key[:16]} ({e!r}); compiling it")
             STATS["misses"] += 1
@@ -251,12 +261,15 @@ def _attribute(gm: torch.fx.GraphModule, target: str) -> str:
     raise Unkeyable(f"attribute {target} is a {type(value).__name__}")
 
 
-def _value(v: Any) -> str:
-    """What compilation may read of one value: a tensor's metadata (symbolic dims by name)."""
+def _value(v: Any, geometry: Any = None) -> str:
+    """What compilation may read of one value: a tensor's metadata (symbolic dims by name);
+    its sizes, strides and offset those of `geometry` when given (capture's fake of it, in a
+    graph with symbolic sizes)."""
     if isinstance(v, torch.Tensor):
+        g = v if geometry is None else geometry
         return (
-            f"{type(v).__name__}({tuple(map(str, v.shape))},{tuple(map(str, v.stride()))},"
-            f"{v.storage_offset()},{v.dtype},{v.device},{v.layout},rg={v.requires_grad},"
+            f"{type(v).__name__}({tuple(map(str, g.shape))},{tuple(map(str, g.stride()))},"
+            f"{g.storage_offset()},{v.dtype},{v.device},{v.layout},rg={v.requires_grad},"
             f"leaf={v.is_leaf},view={v._base is not None},inf={_inference(v)})"
         )
     if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -273,17 +286,21 @@ def _inference(t: torch.Tensor) -> bool:
         return False
 
 
-def _args(args: list) -> str:
-    """The call's inputs: each one's metadata and which ones share storage."""
+def _args(args: list, examples: list | None = None) -> str:
+    """The call's inputs: each one's metadata and which ones share storage. `examples`:
+    capture's fakes of them when the graph has symbolic sizes: a tensor's geometry is then its
+    fake's (symbols by name), which every call the entry serves shares."""
     parts: list[str] = []
     storages: dict[tuple, int] = {}
-    for a in args:
+    for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
             if a.layout != torch.strided or type(a) not in (torch.Tensor, torch.nn.Parameter):
                 raise Unkeyable(f"an input is a {type(a).__name__} ({a.layout})")
             ptr = a.untyped_storage().data_ptr()
             group = storages.setdefault((a.device, ptr), len(storages)) if ptr else -1
-            parts.append(f"{_value(a)}@{group},conj={a.is_conj()},neg={a.is_neg()}")
+            ev = examples[i] if examples is not None and i < len(examples) else None
+            geometry = ev if isinstance(ev, torch.Tensor) and ev.dim() == a.dim() else None
+            parts.append(f"{_value(a, geometry)}@{group},conj={a.is_conj()},neg={a.is_neg()}")
         else:
             parts.append(_value(a))
     return ";".join(parts)
@@ -359,7 +376,12 @@ def _package_version(name: str) -> str | None:
 
 def pack(entry: Any) -> bytes:
     """An entry as bytes; `Unkeyable` when a graph of it is not a kiln-compiled graph with a
-    `loadable` (it fell back to eager kernels, or runs as a device graph)."""
+    `loadable` (it fell back to eager kernels, or runs as a device graph), or when anything
+    of it is a live symbolic value (which would not mean the same in another process)."""
+    guards = None
+    if isinstance(entry, GuardedEntry):  # a symbolic entry and the shape guards it needs
+        guards = {"source": entry.check.source, "text": entry.text}
+        entry = entry.entry
     if isinstance(entry, TrainingEntry):
         plan = entry.plan
         fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
@@ -370,10 +392,28 @@ def pack(entry: Any) -> bytes:
     else:
         raise Unkeyable(f"an entry of type {type(entry).__name__}")
     body.update(meta=_meta(entry.meta), tensor_only=entry.tensor_only, format=FORMAT)
+    sym = entry.symbolic
+    body["symbolic"] = None if sym is None else {"spans": sym.spans, "source": sym.read.source}
+    body["shape_guards"] = guards
+    out = io.BytesIO()
     try:
-        return pickle.dumps(body, protocol=pickle.HIGHEST_PROTOCOL)
+        _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(body)
+    except Unkeyable:
+        raise
     except Exception as e:
         raise Unkeyable(f"it does not pickle ({type(e).__name__}: {e})") from None
+    return out.getvalue()
+
+
+class _Pickler(pickle.Pickler):
+    """Refuses symbolic values and fake tensors: they belong to this process's trace."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (torch.SymInt, torch.SymFloat, torch.SymBool, torch.fx.Node)):
+            raise Unkeyable(f"it holds a {type(obj).__name__} ({obj})")
+        if isinstance(obj, torch.Tensor) and type(obj) not in (torch.Tensor, torch.nn.Parameter):
+            raise Unkeyable(f"it holds a {type(obj).__name__}")
+        return NotImplemented
 
 
 def _graph(compiled: Any) -> dict:
@@ -392,28 +432,50 @@ def _graph(compiled: Any) -> dict:
 
 
 def _meta(meta: GraphMeta) -> GraphMeta:
-    """`meta` with graph nodes (the bases of aliased outputs) named by their names: the runtime
-    only matches them with each other."""
-    outputs = [
-        dataclasses.replace(o, base=o.base.name if o.base is not None else None)  # type: ignore[arg-type]
-        for o in meta.outputs
-    ]
+    """`meta` as the runtime reads it: graph nodes (the bases of aliased outputs) named by
+    their names (the runtime only matches them with each other); what the runtime does not
+    read left out: the geometry of outputs returned as they are, the symbolic values of
+    outputs computed per call (`GraphMeta.symbolic`, by `SymbolicOutputs`) and the traced
+    values' shapes (read by tracing only)."""
+    outputs = []
+    for j, o in enumerate(meta.outputs):
+        o = dataclasses.replace(o, base=o.base.name if o.base is not None else None)  # type: ignore[arg-type]
+        if j in meta.symbolic:  # computed per call
+            o = dataclasses.replace(o, size=(), stride=(), offset=0, value=None)
+        elif o.kind in ("fresh", "dup", "input"):  # returned as they are: geometry unread
+            o = dataclasses.replace(o, size=(), stride=(), offset=0)
+        outputs.append(o)
     bases: list[Any] = [b.name for b in meta.bases]
-    return dataclasses.replace(meta, outputs=outputs, bases=bases)
+    return dataclasses.replace(meta, outputs=outputs, bases=bases, value_specs=[])
 
 
-def unpack(data: bytes) -> Any:
+def unpack(data: bytes, owner: Any = None, key: tuple = ()) -> Any:
+    """The entry `data` holds; `owner` (the `AotCompiled`) and `key` (its entry key) serve a
+    symbolic entry's calls that fail its shape guards."""
     with warnings.catch_warnings():  # torch's pytree warns on unpickling its LeafSpec
         warnings.simplefilter("ignore", FutureWarning)
         body = pickle.loads(data)
     if body.get("format") != FORMAT:
         raise ValueError(f"entry format {body.get('format')!r}")
     meta = body["meta"]
+    sym = body["symbolic"]
+    outputs = None
+    if sym is not None:
+        outputs = SymbolicOutputs(sym["spans"], compile_function(sym["source"], "symbolic_outputs"))
+    entry: Any
     if body["kind"] == "inference":
-        return InferenceEntry(meta, _load(body["forward"]), body["tensor_only"])
-    fields = dict(body["plan"])
-    fields["fw"], fields["bw"] = _load(fields["fw"]), _load(fields["bw"])
-    return TrainingEntry(meta, TrainingPlan(**fields), body["tensor_only"])
+        entry = InferenceEntry(meta, _load(body["forward"]), body["tensor_only"], outputs)
+    else:
+        fields = dict(body["plan"])
+        fields["fw"], fields["bw"] = _load(fields["fw"]), _load(fields["bw"])
+        entry = TrainingEntry(meta, TrainingPlan(**fields), body["tensor_only"], outputs)
+    guards = body["shape_guards"]
+    if guards is not None:
+        if owner is None:
+            raise ValueError("a symbolic entry needs the compiled graph it belongs to")
+        check = compile_function(guards["source"], "shape_guards")
+        entry = GuardedEntry(entry, check, guards["text"], owner, key)
+    return entry
 
 
 def _load(graph: dict) -> Any:

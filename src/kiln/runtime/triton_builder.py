@@ -15,7 +15,9 @@ launched with; gives the imported module, whose attributes are the `@triton.jit`
   workers compile exactly that, and build the kernels' C launchers (unless kiln's generic
   native launch takes the kernels: triton_native_launcher.py), without importing torch.
   Each worker reports its kernel's Triton cache hash; the parent loads the binaries by those
-  hashes (`_preload`), so it never hashes Triton's own files for a cache key. A worker
+  hashes (`_preload`), so it never hashes Triton's own files for a cache key. The hashes are
+  recorded in kiln's cache (`triton-hashes/`): a later process (a warm start) loads kernels
+  compiled before straight from Triton's cache by them and starts no worker at all. A worker
   failure is not an error: the parent compiles that kernel itself at its first launch.
 * Under `TRITON_INTERPRET=1` nothing is compiled; the module's `libdevice` is replaced by the
   NumPy stand-in of runtime/triton_interpret.py.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import json
 import os
 import sys
 import time
@@ -50,6 +53,8 @@ MAX_WORKERS = 16  # a ResNet-50's 49 kernels kept 8 workers busy 4.7 s on the 16
 _loaded: dict[str, object] = {}
 STATS = {"loads": 0, "memory_hits": 0, "disk_hits": 0, "warmed": 0, "warm_seconds": 0.0}
 STATS["preloaded"] = 0  # kernels the workers compiled that the parent loaded by hash
+# kernels compiled in an earlier process, loaded by recorded hash without any worker
+STATS["loaded_by_hash"] = 0
 # The last parallel compile (`benchmarks/compile_profile.py` prints them): seconds from the
 # pool's start until the parent handed out kernels and until the last worker was ready; the
 # slowest kernel's compile seconds, and all kernels' compile seconds added up.
@@ -258,11 +263,27 @@ def specializations(module, launches: dict) -> dict[str, str]:
 
 def warm(path: str, module, launches: dict) -> Callable[[], None] | None:
     """Hand the kernels of `module` (imported from `path`) to the worker processes (see module
-    doc); gives the function that waits for them, or None when they are not compiled there."""
+    doc); gives the function that waits for them, or None when they are not compiled there.
+    Kernels a worker compiled before (in any process: `_built_hashes`) are loaded from
+    Triton's cache by their recorded hashes instead, and when that is every kernel no worker
+    starts (a warm start's loads cost no pool, no Triton key)."""
     if len(launches) < PARALLEL_MIN_KERNELS or not torch.cuda.is_available():
         return None
     start = time.perf_counter()
     specs = specializations(module, launches)
+    known = _built_hashes(path)
+    preloaded = {}
+    for name, spec in specs.items():
+        recorded = known.get(name)
+        if recorded and recorded[0] == _digest(spec):
+            if _preload(getattr(module, name), spec, recorded[1]):
+                preloaded[name] = recorded
+    STATS["preloaded"] += len(preloaded)
+    STATS["loaded_by_hash"] += len(preloaded)
+    launches = {name: plan for name, plan in launches.items() if name not in preloaded}
+    if not launches:
+        STATS["warm_seconds"] += time.perf_counter() - start
+        return None
     # kiln's native launch takes these kernels: no worker builds Triton's C launchers for them
     launchers = not triton_native_launcher.available()
     jobs = [
@@ -297,6 +318,7 @@ def warm(path: str, module, launches: dict) -> Callable[[], None] | None:
     def finish() -> None:
         begin = time.perf_counter()
         job_of = dict(zip(ids, jobs))
+        built = dict(preloaded)
         # each kernel is loaded as soon as its worker is done, while the others still compile
         for job_id, error in pool.as_completed(ids, None if every_spec else _hash_triton):
             if error is not None:
@@ -310,11 +332,53 @@ def warm(path: str, module, launches: dict) -> Callable[[], None] | None:
             job = job_of[job_id]
             if kernel_hash and job["specialization"]:
                 jit = getattr(module, job["kernel"])
-                STATS["preloaded"] += _preload(jit, job["specialization"], kernel_hash)
+                if _preload(jit, job["specialization"], kernel_hash):
+                    STATS["preloaded"] += 1
+                    built[job["kernel"]] = [_digest(job["specialization"]), kernel_hash]
         _record(pool, ids)
+        _remember_hashes(path, built)
         STATS["warm_seconds"] += time.perf_counter() - begin
 
     return finish
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _hashes_key(path: str) -> str:
+    """The record of the Triton cache hashes of a kernel module's kernels: per module file
+    (its name is its source's key), GPU target and Triton settings of the environment."""
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TRITON_"))
+    env = [(k, v) for k, v in env if k != "TRITON_CACHE_DIR"]
+    return _digest(repr((os.path.basename(path), _target(), env)))
+
+
+def _built_hashes(path: str) -> dict[str, list[str]]:
+    """{kernel: [digest of its specialization, its Triton cache hash]} as workers reported them
+    for `path`'s module in this or an earlier process; {} when none were recorded. A hash only
+    says where to look: `_preload` loads the binary only if Triton's cache still has it."""
+    cache = open_cache(options.env_cache_dir(), "triton-hashes", suffix=".json")
+    found = cache.verified(_hashes_key(path))
+    if found is None:
+        return {}
+    try:
+        with open(found) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _remember_hashes(path: str, built: dict[str, list[str]]) -> None:
+    """Record the hashes of `path`'s kernels that are in Triton's cache (`_built_hashes`)."""
+    if not built:
+        return
+    try:
+        cache = open_cache(options.env_cache_dir(), "triton-hashes", suffix=".json")
+        cache.store(_hashes_key(path), json.dumps(built, sort_keys=True).encode())
+    except OSError as e:  # a full disk: the next process starts the workers again
+        logs.log("perf_hints", f"could not record Triton kernel hashes ({e!r})")
 
 
 def _record(pool, ids: list[str]) -> None:
