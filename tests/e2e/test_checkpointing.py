@@ -159,3 +159,34 @@ def test_requires_grad_on_a_computed_tensor_is_a_no_op_and_compiles():
         for g, p in zip(got, (*emb.parameters(), *lin.parameters())):
             torch.testing.assert_close(g, p.grad)
     assert builtin.fallbacks()[before:] == []
+
+
+def test_attention_without_dropout_in_a_checkpointed_region_is_recomputed():
+    """Fused attention is tagged random (for its dropout); with dropout_p=0 it draws nothing,
+    so a checkpointed region holding it is recomputed whole (before: its tuple result could be
+    neither saved nor recomputed, and the partition saved everything)."""
+    wq = torch.nn.Linear(16, 16)
+
+    def layer(x):
+        q = wq(x).view(2, 12, 2, 8).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return x + a.transpose(1, 2).reshape(2, 12, 16).relu()
+
+    def f(x):
+        return tc.checkpoint(layer, x, use_reentrant=False).pow(2).mean()
+
+    store: list = []
+    compiled = kiln.compile(f, backend=_partitions_backend(store), fullgraph=True)
+    for _ in range(2):
+        x = torch.randn(2, 12, 16, requires_grad=True)
+        wq.zero_grad()
+        got = compiled(x)
+        gx, gw = torch.autograd.grad(got, [x, wq.weight])
+        want = f(x)
+        ex, ew = torch.autograd.grad(want, [x, wq.weight])
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(gx, ex)
+        torch.testing.assert_close(gw, ew)
+    (part,) = [p for c in store for p in c.partitions.values()]
+    assert part.strategy == "min_cut", part.notes
+    assert not any("attention" in name for name in part.saved), part.saved

@@ -43,6 +43,7 @@ aten = torch.ops.aten
 _CHEAP_PACKETS = {
     aten.full,
     aten.full_like,
+    aten.fill,  # (functional fill of an empty_like: reads nothing of its input)
     aten.zeros,
     aten.zeros_like,
     aten.ones,
@@ -76,10 +77,27 @@ def _is_view(node: torch.fx.Node) -> bool:
 
 
 def is_random(node: torch.fx.Node) -> bool:
+    """Does `node` draw random numbers? Fused attention is tagged as seeded for its dropout,
+    but with `dropout_p=0` (every model in eval, HF's Llama in training) it draws none and may
+    run again in the backward."""
     target = node.target
-    return isinstance(target, torch._ops.OpOverload) and (
-        torch.Tag.nondeterministic_seeded in target.tags
-    )
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded not in target.tags:
+        return False
+    return _argument(node, "dropout_p", None) not in (0, 0.0)
+
+
+def _argument(node: torch.fx.Node, name: str, default):
+    """The value `node` passes for its op's argument `name` (`default` when it has none)."""
+    for i, arg in enumerate(node.target._schema.arguments):
+        if arg.name == name:
+            if name in node.kwargs:
+                return node.kwargs[name]
+            if i < len(node.args):
+                return node.args[i]
+            return arg.default_value if arg.has_default_value() else default
+    return default
 
 
 def is_recomputable(node: torch.fx.Node) -> bool:
@@ -105,7 +123,10 @@ def must_recompute(node: torch.fx.Node) -> bool:
     copies the mark onto the ATen nodes it traces from them): its value is not saved for the
     backward but computed again there, whatever it costs. Random ops are the exception: their
     values are saved, so the backward sees the forward's (eager replays the RNG state)."""
-    return bool(node.meta.get("recompute")) and node.op == "call_function" and not is_random(node)
+    if not node.meta.get("recompute") or node.op != "call_function" or is_random(node):
+        return False
+    # an item of a random op's tuple result (dropout's mask) is saved like the op's tensor
+    return not (node.target is operator.getitem and is_random(node.args[0]))
 
 
 def value_bytes(node: torch.fx.Node) -> int:
@@ -218,6 +239,29 @@ def _ancestors(roots, stop) -> set[torch.fx.Node]:
     return seen
 
 
+def _with_region_helpers(nodes: list, checkpointed: set, tangent_dep: set) -> set:
+    """`checkpointed` and the values autograd made from them for the backward only (SiLU's
+    `1 - sigmoid` built as `fill(empty_like(sigmoid), 1) - sigmoid`): cheap, unmarked (they
+    were traced in the backward), computed from the region's values and read by nothing but
+    the backward. Saved, they would keep a checkpointed layer's activation alive after all;
+    they are recomputed with the region."""
+    if not checkpointed:
+        return checkpointed
+    helpers: list = []
+    inside = set(checkpointed)
+    for n in nodes:  # topological: a node's inputs are decided before it
+        if n in inside or n.op != "call_function" or not is_recomputable(n):
+            continue
+        if n.all_input_nodes and all(a in inside for a in n.all_input_nodes):
+            helpers.append(n)
+            inside.add(n)
+    kept = set(helpers)
+    for n in reversed(helpers):  # users first: a helper read by a dropped one is dropped too
+        if any(u not in tangent_dep and u not in kept for u in n.users):
+            kept.discard(n)
+    return checkpointed | kept
+
+
 def partition_joint(joint: Joint, strategy: str = "min_cut") -> Partition:
     """Forward and backward graphs from the joint graph (see the module docstring)."""
     if strategy not in ("min_cut", "save_all"):
@@ -253,7 +297,9 @@ def partition_joint(joint: Joint, strategy: str = "min_cut") -> Partition:
     if strategy == "min_cut":
         relevant = [n for n in forward_nodes if n in bw_nodes]
         weight, keep = _cut_weights(relevant, tangent_dep, set(fw_outs))
-        checkpointed = {n for n in relevant if must_recompute(n)}
+        checkpointed = _with_region_helpers(
+            relevant, {n for n in relevant if must_recompute(n)}, tangent_dep
+        )
         for n in checkpointed:  # never saved: the backward runs the region again
             weight[n] = mincut.INF
         if checkpointed:
