@@ -10,6 +10,9 @@ tolerance; a float64 parameter differs from plain eager by that float32 step cou
 
 from __future__ import annotations
 
+import io
+import logging
+import re
 from unittest import mock
 
 import pytest
@@ -22,6 +25,13 @@ OPTIMIZERS = {
     "sgd": lambda ps, fe: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=fe),
     "adam": lambda ps, fe: torch.optim.Adam(ps, lr=0.05, foreach=fe),
     "adamw": lambda ps, fe: torch.optim.AdamW(ps, lr=0.05, weight_decay=0.1, foreach=fe),
+    "sgd_nesterov": lambda ps, fe: torch.optim.SGD(
+        ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01, foreach=fe
+    ),
+    "adam_amsgrad": lambda ps, fe: torch.optim.Adam(
+        ps, lr=0.05, weight_decay=0.1, amsgrad=True, foreach=fe
+    ),
+    "adamw_amsgrad": lambda ps, fe: torch.optim.AdamW(ps, lr=0.05, amsgrad=True, foreach=fe),
 }
 
 
@@ -172,3 +182,41 @@ def test_lr_read_beyond_item_access_is_guarded_by_value():
         group = {"lr": lr, "momentum": 0.9}
         torch.testing.assert_close(compiled(x, group), f(x, group))
     assert len(graphs) == 3  # 0.5, 0.25 (now dynamic, but specialized by dict()), 0.125
+
+
+def _steady_step_code(n_params: int, name: str = "adamw") -> str:
+    """The output_code log of the second compiled step (state exists) over `n_params`
+    parameters of four shapes."""
+    shapes = [(33, 17), (17,), (17, 51), (51,)]
+    torch.manual_seed(n_params)
+    params = [torch.nn.Parameter(torch.randn(shapes[i % 4])) for i in range(n_params)]
+    opt = OPTIMIZERS[name](params, True)
+    step = kiln.compile(opt.step)
+    for p in params:
+        p.grad = torch.randn_like(p)
+    step()  # creates the state: the first graph
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    logging.getLogger("kiln").addHandler(handler)
+    kiln.set_logs("output_code", "schedule")
+    try:
+        step()
+    finally:
+        kiln.set_logs()
+        logging.getLogger("kiln").removeHandler(handler)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("name", ["adamw", "sgd"])
+def test_step_runs_few_kernels_whatever_the_number_of_parameters(name):
+    """The per-parameter updates of a foreach step fuse into one kernel per parameter shape
+    (not one per parameter and op), and every parameter and state tensor is written in place."""
+    counts = {}
+    for n in (8, 24):
+        code = _steady_step_code(n, name)
+        counts[n] = len(re.findall(r'extern "C" void kernel\d+', code))
+        assert "aten_" not in code.split("wrapper:")[-1]  # no ATen call left in the wrapper
+        # each parameter and its state: (param, step, exp_avg, exp_avg_sq) / (param, buf)
+        assert code.count("is written into input") == n * {"adamw": 4, "sgd": 2}[name]
+        assert "not written into input" not in code
+    assert counts[8] == counts[24] <= 10, counts

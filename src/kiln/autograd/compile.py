@@ -241,7 +241,7 @@ class AotCompiled:
         if not meta.needs_autograd:
             fwd = trace_inference(self.gm, meta, args, grad_enabled, self.decompositions, world)
             logs.log("aot_graphs", lambda: "inference graph:\n" + _readable(fwd.gm))
-            compiled = self.inference_compiler(fwd.gm, _example_inputs(fwd.gm))
+            compiled = _compile_inference(self.inference_compiler, fwd.gm, meta, args)
             return InferenceEntry(meta, compiled, _all_tensors(args), outputs)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         joint = trace_training(self.gm, meta, args, grad_enabled, self.decompositions, world)
@@ -267,6 +267,23 @@ class AotCompiled:
             num_saved_sizes=len(part.saved_sizes),
         )
         return TrainingEntry(meta, plan, _all_tensors(args), outputs)
+
+
+def _compile_inference(compiler: Compiler, gm: torch.fx.GraphModule, meta, args: list):
+    """The inference graph compiled. A compiler that says it can (`writes_inputs_in_place`,
+    as kiln's code generator does) is told which outputs are the new values of mutated
+    inputs, {output position: tensor input position}: it may write them into the inputs
+    themselves and return those, and the entry then copies nothing back (runtime.py)."""
+    examples = _example_inputs(gm)
+    if not getattr(compiler, "writes_inputs_in_place", False) or not meta.mutated:
+        return compiler(gm, examples)
+    tensor_pos = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    mutated = {
+        j: tensor_pos.index(i)
+        for j, (i, tracked) in enumerate(zip(meta.mutated, meta.mutated_requires_grad))
+        if not tracked and i in tensor_pos
+    }
+    return compiler(gm, examples, mutated_inputs=mutated)
 
 
 class GuardedEntry:

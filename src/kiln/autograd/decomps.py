@@ -93,6 +93,11 @@ decompose(
     why="normalisation: var_mean + pointwise math that fuses with its neighbours",
 )
 decompose(
+    "stack",
+    why="cat of unsqueezed views: a kernel fused with its readers instead of an ATen call "
+    "(a compiled optimizer step stacks one step size a parameter)",
+)
+decompose(
     "_safe_softmax",
     why="softmax whose fully masked rows give 0: `_softmax` (lowered), an all-reduction and a "
     "where, fused with the scaling and masking before it (BERT's attention on the H200: four "

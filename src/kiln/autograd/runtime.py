@@ -10,7 +10,8 @@ return what the original graph returned:
 - `InferenceEntry` runs one forward graph, no autograd.
 
 Both then write new values of mutated inputs back into the inputs (`copy_`, so the caller's
-tensors and module buffers change as in eager), and rebuild outputs that eager would have
+tensors and module buffers change as in eager; an input the compiled graph wrote itself and
+returned needs no copy, only a version bump), and rebuild outputs that eager would have
 returned as aliases: an input itself, a view of an input, a view of another output, the same
 tensor twice. Views are rebuilt with `as_strided` on the real base, so `_base`, storage sharing
 and gradients through the view behave as in eager.
@@ -141,11 +142,18 @@ class SymbolicOutputs:
 
 
 def _write_back(meta: GraphMeta, args, new_values) -> None:
+    in_place = []
     for pos, value, tracked in zip(meta.mutated, new_values, meta.mutated_requires_grad):
+        target = args[pos]
+        if value is target:  # the compiled graph wrote the input itself (schedule/inplace.py)
+            in_place.append(target)
+            continue
         # as eager changed it: recorded by autograd, or not (an optimizer's no_grad update of
         # a leaf that requires grad, which autograd would refuse to record)
         with torch.set_grad_enabled(tracked and value.requires_grad):
-            args[pos].copy_(value)
+            target.copy_(value)
+    if in_place:  # changed behind autograd's back: its version check must still see it
+        torch.autograd.graph.increment_version(in_place)
 
 
 def _assemble(meta: GraphMeta, args, fresh, bases, sym: dict[int, Any]) -> Any:

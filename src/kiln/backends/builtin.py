@@ -77,13 +77,19 @@ def _graph_compiler(info: CaptureInfo, checked: Iterable[int] = ()) -> Callable:
     captured tensors); the wrapper does not check them again. A graph with symbolic sizes the
     pipeline declines is compiled per size instead (specialize.py)."""
 
-    def attempt(aten_gm: torch.fx.GraphModule, inputs: list) -> tuple[Callable | None, str]:
+    def attempt(
+        aten_gm: torch.fx.GraphModule, inputs: list, mutated_inputs: dict | None = None
+    ) -> tuple[Callable | None, str]:
         # imported here: a warm start (warm.py) loads graphs without the pipeline's modules
         from ..codegen import Declined, compile_graph
 
         try:
             compiled = compile_graph(
-                aten_gm, inputs, options=info.options, checked_inputs=tuple(checked)
+                aten_gm,
+                inputs,
+                options=info.options,
+                checked_inputs=tuple(checked),
+                mutated_inputs=mutated_inputs,
             )
         except Exception as e:  # a codegen bug must cost speed, not correctness
             reason = f"{type(e).__name__}: {e}"
@@ -93,11 +99,13 @@ def _graph_compiler(info: CaptureInfo, checked: Iterable[int] = ()) -> Callable:
             return None, str(compiled)
         return compiled, ""
 
-    def compile_one(aten_gm: torch.fx.GraphModule, inputs: list) -> Callable:
+    def compile_one(
+        aten_gm: torch.fx.GraphModule, inputs: list, mutated_inputs: dict | None = None
+    ) -> Callable:
         from ..codegen import eager_callable
         from .specialize import has_symbolic_placeholders, specialize_per_size
 
-        compiled, reason = attempt(aten_gm, inputs)
+        compiled, reason = attempt(aten_gm, inputs, mutated_inputs)
         if compiled is not None:
             return compiled
         if has_symbolic_placeholders(aten_gm):
@@ -116,6 +124,8 @@ def _graph_compiler(info: CaptureInfo, checked: Iterable[int] = ()) -> Callable:
         )
         return eager_callable(aten_gm)
 
+    # it takes `mutated_inputs` (autograd/compile.py asks for this attribute)
+    compile_one.writes_inputs_in_place = True  # type: ignore[attr-defined]
     return compile_one
 
 

@@ -1,16 +1,18 @@
 """The one compile pipeline, for every device: ATen graph -> a compiled callable, or a reason.
 
-    compile_graph(gm, example_inputs, device=None, options=None, *, checked_inputs=())
-        -> CompiledGraph | Declined
+    compile_graph(gm, example_inputs, device=None, options=None, *, checked_inputs=(),
+                  mutated_inputs=None) -> CompiledGraph | Declined
 
 In: a functional ATen `torch.fx.GraphModule` (what `make_fx` or kiln's AOT autograd gives;
 placeholders are tensors, the output a tuple/list of tensors), example inputs, the device that
 compiles it (a `kiln.devices.Device`, its name, or None: the one registered for the inputs'
 device type, or `options["codegen.device"]`), the frozen `Options`, and `checked_inputs`: the
 positions of inputs whose layouts capture's guards check already (the wrapper does not check
-them again). Out: a `CompiledGraph` (a callable taking the flat inputs, boxed or not, and
-returning a tuple) or `Declined(reason)` when the graph or the machine cannot be compiled for —
-the caller then runs the graph on eager kernels and says why.
+them again), and `mutated_inputs`: {output position: input position} for outputs the caller
+copies into an input after the call, which kernels may write into that input itself and return
+it (schedule/inplace.py). Out: a `CompiledGraph` (a callable taking the flat inputs, boxed or
+not, and returning a tuple) or `Declined(reason)` when the graph or the machine cannot be
+compiled for — the caller then runs the graph on eager kernels and says why.
 
 The passes, the same sequence whatever the device (`PASSES`; `KILN_LOGS=passes` prints the IR
 after each):
@@ -30,7 +32,7 @@ Why it exists: one pipeline with devices as values; a change to any pass is made
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +40,7 @@ import torch
 from .. import logs, trace
 from ..devices import DEVICES, Device, device_for, tensor_device_type
 from ..lower import GraphUnsupported, extern_summary, lower_graph
+from ..lower.ir import LoopGraph
 from ..options import Options
 from ..rewrites import run_rewrites
 from ..schedule import schedule
@@ -69,6 +72,7 @@ def compile_graph(
     options: Options | None = None,
     *,
     checked_inputs: Iterable[int] = (),
+    mutated_inputs: Mapping[int, int] | None = None,
 ) -> CompiledGraph | Declined:
     """Compile `gm` for `device` (module doc). Errors other than a refusal propagate."""
     try:
@@ -76,7 +80,14 @@ def compile_graph(
     except GraphUnsupported as e:
         return _declined(Declined(str(e)))
     try:
-        return compile_graph_strict(gm, example_inputs, dev, options, checked_inputs=checked_inputs)
+        return compile_graph_strict(
+            gm,
+            example_inputs,
+            dev,
+            options,
+            checked_inputs=checked_inputs,
+            mutated_inputs=mutated_inputs,
+        )
     except GraphUnsupported as e:
         return _declined(Declined(str(e), dev.name))
     except DeviceUnavailable as e:
@@ -125,6 +136,7 @@ def compile_graph_strict(
     options: Options | None = None,
     *,
     checked_inputs: Iterable[int] = (),
+    mutated_inputs: Mapping[int, int] | None = None,
 ) -> CompiledGraph:
     """`compile_graph` without turning refusals into `Declined`: `GraphUnsupported` and
     `DeviceUnavailable` propagate (tests and tools use this)."""
@@ -153,6 +165,7 @@ def compile_graph_strict(
         verify_ir=bool(debug.get("debug.verify_ir")),
         out_externs=frozenset(caps.out_variants),
         arena=caps.arena,
+        mutations=_mutation_names(graph, mutated_inputs or {}),
     )
     kernels = gen.render(sched, options)
     logs.log("passes", lambda: f"after render ({gen.kernel_language}):\n{kernels.source}")
@@ -176,6 +189,15 @@ def compile_graph_strict(
     return CompiledGraph(
         call, sched, kernels.source, wrapper.source, seconds, dev.name, gen.kernel_language, made
     )
+
+
+def _mutation_names(graph: LoopGraph, mutated_inputs: Mapping[int, int]) -> dict[str, str]:
+    """{output buffer: input name} for `mutated_inputs` ({output position: input position})."""
+    out: dict[str, str] = {}
+    for j, i in mutated_inputs.items():
+        if j < len(graph.outputs) and i < len(graph.inputs) and isinstance(graph.outputs[j], str):
+            out.setdefault(graph.outputs[j], graph.inputs[i])
+    return out
 
 
 __all__ = ["Declined", "DeviceUnavailable", "PASSES", "compile_graph", "compile_graph_strict"]

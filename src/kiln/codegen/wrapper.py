@@ -217,7 +217,9 @@ def render_wrapper(
             node = nodes[step.name]
             size, stride = _tuple(node_size(node)), _tuple(node.layout.stride)
             allocated.add(step.name)
-            if step.reuse:
+            if step.into:  # the kernel writes the mutated input itself (schedule/inplace.py)
+                lines.append(f"    {step.name} = {step.into}")
+            elif step.reuse:
                 lines.append(f"    {step.name} = {step.reuse}.view({size}); del {step.reuse}")
             elif step.name in sched.arena.offsets:
                 dtype = node_dtype(node)

@@ -268,6 +268,13 @@ def _full(ctx, size_or_x, fill_value, **kwargs):
     return ctx.pointwise(ctx.out_size, ctx.out_dtype, ops.const(fill_value, _cd(ctx)))
 
 
+@register_lowering("new_full.default")
+def _new_full(ctx, x, size, fill_value, **kwargs):
+    # `lerp(a, b, weight=float)` and friends reach ATen as a 0-d `new_full` of the weight: as
+    # an extern call it was one ATen call and one allocation per call per tensor
+    return _full(ctx, size, fill_value, **kwargs)
+
+
 def _cd(ctx):
     return compute_dtype(ctx.out_dtype)
 

@@ -5,13 +5,15 @@ inlining, and the ordered steps (`Alloc`, `Kernel`, `ExternCall`, `Alias`, `Free
 codegen renders one-to-one into the wrapper program and the kernels.
 
 Files: realize.py (dead code, views, which pointwise nodes get a buffer, inlining),
-fusion.py (kernels: which nodes share a loop, and why not), memory.py (lifetimes and reuse),
+fusion.py (kernels: which nodes share a loop, and why not), inplace.py (mutated inputs
+written in place), memory.py (lifetimes and reuse),
 arena.py (the block that holds intermediates from call to call), fuel.py (the optimization
 budget for bisecting miscompiles).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .. import logs, trace
@@ -21,6 +23,7 @@ from ..lower.verify import verify
 from .arena import Arena, plan_arena
 from .fuel import Fuel
 from .fusion import ExternCall, Kernel, Member, fuse
+from .inplace import inplace_outputs
 from .memory import Alias, Alloc, Free, PlanStep, plan_memory
 from .realize import eliminate_dead, inline_pointwise, materialize_views
 
@@ -47,15 +50,23 @@ def schedule(
     verify_ir: bool = False,
     out_externs: frozenset = frozenset(),
     arena: bool = False,
+    mutations: Mapping[str, str] | None = None,
 ) -> Schedule:
     """`out_externs`: extern targets the renderer calls with `out=` (see memory.py);
-    `arena`: place the intermediates in one block the wrapper keeps between calls (arena.py)."""
+    `arena`: place the intermediates in one block the wrapper keeps between calls (arena.py);
+    `mutations`: {output: input} for outputs that are new values of mutated inputs, which
+    the caller would copy into them (written in place where safe: inplace.py)."""
     with using_hints(graph.hints):
-        return _schedule(graph, fuel, verify_ir, out_externs, arena)
+        return _schedule(graph, fuel, verify_ir, out_externs, arena, mutations or {})
 
 
 def _schedule(
-    graph: LoopGraph, fuel: int | None, verify_ir: bool, out_externs: frozenset, arena: bool
+    graph: LoopGraph,
+    fuel: int | None,
+    verify_ir: bool,
+    out_externs: frozenset,
+    arena: bool,
+    mutations: Mapping[str, str],
 ) -> Schedule:
     budget = Fuel(fuel)
 
@@ -67,7 +78,8 @@ def _schedule(
     graph = after("materialize_views", materialize_views(graph))
     graph = after("inline_pointwise", inline_pointwise(graph, budget))
     graph = after("eliminate_dead", eliminate_dead(graph))
-    steps = plan_memory(graph, fuse(graph, budget), out_externs)
+    fused = fuse(graph, budget)
+    steps = plan_memory(graph, fused, out_externs, inplace_outputs(graph, fused, mutations))
     result = Schedule(graph, steps, plan_arena(graph, steps) if arena else Arena())
     logs.log("schedule", lambda: f"schedule ({budget}):\n{result}\n{result.arena}")
     return result

@@ -96,6 +96,8 @@ def plan_arena(graph: LoopGraph, steps: Sequence[PlanStep]) -> Arena:
     members: dict[str, list[str]] = {}
     for k, step in enumerate(steps):
         if isinstance(step, Alloc):
+            if step.into:  # an input's own memory
+                continue
             root = chain[step.reuse] if step.reuse else step.name
             chain[step.name] = root
             members.setdefault(root, []).append(step.name)

@@ -28,6 +28,7 @@ from ..lower.indexing import index_vars, memory_steps, reduce_vars
 from ..lower.ir import (
     Extern,
     ExternItem,
+    IntExpr,
     LoopGraph,
     Node,
     Pointwise,
@@ -247,6 +248,7 @@ def fuse(graph: LoopGraph, fuel: Fuel) -> tuple[Step, ...]:
     nodes = graph.node_map()
     steps: list[Step] = []
     where: dict[str, int] = {}  # buffer name -> index of the step that computes it
+    by_numel: dict = {}  # elements -> positions of kernels that hold pointwise nodes of that many
     for node in graph.nodes:
         if isinstance(node, Extern):
             steps.append(ExternCall(node.name))
@@ -260,7 +262,7 @@ def fuse(graph: LoopGraph, fuel: Fuel) -> tuple[Step, ...]:
         deps = [where[ld.buf] for ld in loads(node.body) if ld.buf in where]
         first_ok = max(deps, default=-1)
         joined: Kernel | None = None
-        for pos in range(len(steps) - 1, max(first_ok, 0) - 1, -1):
+        for pos in _candidates(node, steps, first_ok, by_numel):
             step = steps[pos]
             if pos < first_ok or not isinstance(step, Kernel):
                 continue
@@ -272,8 +274,6 @@ def fuse(graph: LoopGraph, fuel: Fuel) -> tuple[Step, ...]:
                 # variables where it is passed as an argument (mypy#15459).
                 not_fused = lambda s=step, w=why, n=node.name: f"{n} not fused into {s.name}: {w}"
                 logs.log("schedule", not_fused)
-                if pos == first_ok or len(steps) - pos >= 3:
-                    break
                 continue
             steps[pos] = joined = kernel
             where[node.name] = pos
@@ -281,9 +281,39 @@ def fuse(graph: LoopGraph, fuel: Fuel) -> tuple[Step, ...]:
             logs.log("schedule", fused)
             break
         if joined is None:
-            steps.append(_new_kernel(node, f"kernel{sum(isinstance(s, Kernel) for s in steps)}"))
+            joined = _new_kernel(node, f"kernel{sum(isinstance(s, Kernel) for s in steps)}")
+            steps.append(joined)
             where[node.name] = len(steps) - 1
+        if isinstance(node, Pointwise) and joined.outer * joined.inner == _numel(node):
+            by_numel.setdefault(_numel(node), []).append(where[node.name])
     return tuple(_mark_locals(steps, graph))
+
+
+# Kernels tried right behind a node before the search goes to its producer's and same-size ones
+LOOKBACK = 3
+
+
+def _numel(node: Computed) -> IntExpr:
+    return math.prod(node.size)
+
+
+def _candidates(node: Computed, steps: list, first_ok: int, by_numel: dict) -> list[int]:
+    """Positions of the kernels `node` may join, tried in this order: the last LOOKBACK steps,
+    then the kernel that computes what it reads last (a chain of per-tensor ops such as a
+    foreach optimizer update: the op of tensor i finds tensor i's kernel, however many other
+    tensors' kernels came between), then kernels of pointwise nodes with as many elements (the
+    same op on another tensor of that size: one kernel for all of them). Never one before
+    `first_ok`, the step that computes the last value `node` reads."""
+    low = max(first_ok, 0)
+    near = list(range(len(steps) - 1, max(low, len(steps) - LOOKBACK) - 1, -1))
+    far: list[int] = []
+    if low < len(steps) - LOOKBACK:
+        if first_ok >= 0:
+            far.append(first_ok)
+        if isinstance(node, Pointwise):
+            same = dict.fromkeys(reversed(by_numel.get(_numel(node), ())))
+            far += [p for p in same if p >= low and p not in far][:LOOKBACK]
+    return near + [p for p in far if p not in near]
 
 
 def _mark_locals(steps: list[Step], graph: LoopGraph) -> list[Step]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Union
 
@@ -45,8 +45,11 @@ from .fusion import ExternCall, Kernel, Step, member_node
 class Alloc:
     name: str
     reuse: str | None = None  # the freed buffer whose storage this one takes
+    into: str | None = None  # the mutated input this buffer is (inplace.py)
 
     def __str__(self) -> str:
+        if self.into:
+            return f"alloc {self.name} (is input {self.into}: written in place)"
         return f"alloc {self.name}" + (f" (reuses {self.reuse})" if self.reuse else "")
 
 
@@ -96,8 +99,13 @@ def writes_into_alloc(node: Node, out_externs: Collection) -> bool:
 
 
 def plan_memory(
-    graph: LoopGraph, steps: Sequence[Step], out_externs: frozenset = frozenset()
+    graph: LoopGraph,
+    steps: Sequence[Step],
+    out_externs: frozenset = frozenset(),
+    into: Mapping[str, str] | None = None,
 ) -> tuple[PlanStep, ...]:
+    """`into`: {output: the input it is written into} (inplace.py); those take no storage."""
+    into = into or {}
     nodes = graph.node_map()
     views = [n for n in graph.nodes if isinstance(n, View)]
     items: defaultdict[str, list[str]] = defaultdict(list)
@@ -144,6 +152,9 @@ def plan_memory(
             written = [step.name] if writes_into_alloc(nodes[step.name], out_externs) else []
         out.extend(Alias(v) for v in aliases_before[k])
         for name in written:
+            if name in into:
+                out.append(Alloc(name, into=into[name]))
+                continue
             reuse = _take(pool[_key(nodes[name])], k, live, peak, _bytes(nodes[name]))
             out.append(Alloc(name, reuse))
             reusable.add(name)

@@ -54,7 +54,7 @@ from ...lower.ir import (
 )
 from ...lower.ops import costly_count
 from ...lower.symbolic import hint, is_symbolic, using_hints
-from ...schedule import Kernel, Schedule
+from ...schedule import Alloc, Kernel, Schedule
 from .ops import (
     CTYPES,
     HALF_TYPES,
@@ -146,6 +146,7 @@ class _KernelContext:
         self.shared = _shared_values(kernel, nodes)
         self.preset: dict[str, dict] = {}  # member -> {expr: C text} computed by an earlier loop
         self.params: dict[str, bool] = {}  # buffer -> written by this kernel
+        self.aliased: frozenset = frozenset()  # buffers sharing memory with another
         self._ids = 0
 
     def next_id(self) -> int:
@@ -413,15 +414,20 @@ _SIZE_NAME = re.compile(r"\bs\d+\b")
 
 
 def _signature(k: _KernelContext, nodes: dict, params: tuple, sizes: tuple) -> str:
+    # a buffer written into a mutated input is that input's memory: neither pointer is
+    # `__restrict__`, or the compiler could move a read of the input after the write
     sig = [
-        f"{'' if k.params[p] else 'const '}{CTYPES[_dtype(nodes[p])]}* __restrict__ {p}"
+        f"{'' if k.params[p] else 'const '}{CTYPES[_dtype(nodes[p])]}*"
+        f"{'' if p in k.aliased else ' __restrict__'} {p}"
         for p in params
     ]
     return ", ".join(sig + [f"const int64_t {s}" for s in sizes])
 
 
-def render_kernel(kernel: Kernel, nodes: dict) -> CppKernel:
+def render_kernel(kernel: Kernel, nodes: dict, aliased: frozenset = frozenset()) -> CppKernel:
+    """`aliased`: buffers that share memory with another one (schedule/inplace.py)."""
     k = _KernelContext(kernel, nodes)
+    k.aliased = aliased
     body: list[str] = []
     ind = "    "
     numel = kernel.outer * kernel.inner
@@ -587,7 +593,9 @@ def _render_columns(k: _KernelContext, parallel: bool | str) -> CppKernel:
 def render_module(sched: Schedule) -> CppModule:
     nodes = sched.graph.node_map()
     with using_hints(sched.graph.hints):
-        kernels = tuple(render_kernel(k, nodes) for k in sched.kernels)
+        into = [(a.name, a.into) for a in sched.steps if isinstance(a, Alloc) and a.into]
+        aliased = frozenset(name for pair in into for name in pair)
+        kernels = tuple(render_kernel(k, nodes, aliased) for k in sched.kernels)
     source = PRELUDE + "\n" + "\n\n".join(k.source for k in kernels) + "\n"
     return CppModule(kernels, source)
 

@@ -83,7 +83,9 @@ def render_wrapper(
         if isinstance(step, Alloc):
             node = nodes[step.name]
             size, stride = _tuple(node.size), _tuple(node.layout.stride)
-            if step.reuse:
+            if step.into:  # the kernel writes the mutated input itself (schedule/inplace.py)
+                body.append(f"{step.name} = {step.into}")
+            elif step.reuse:
                 body.append(f"{step.name} = {step.reuse}.view({size}); del {step.reuse}")
             else:
                 body.append(f"{step.name} = _empty({size}, {stride}, {_dtype(node.dtype)}, device)")
