@@ -394,12 +394,13 @@ class CompiledFunction:
             for g in tracer.dyn.guards():
                 tracer.guards.add(g)
         name = f"___entry_{len(self.entries)}"
+        checks = tracer.guards.check_lines(namer)
         entry, source = build_entry(
             self.params,
             self.defaults,
             self.kwdefaults,
-            tracer.guards.check_lines(namer),
-            inputs,
+            checks,
+            [namer.bound.get(e, e) for e in inputs],  # values the checks read already
             compiled is not None,
             effects,
             result_expr,

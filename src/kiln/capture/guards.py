@@ -77,6 +77,27 @@ class Guard:
         o = self.other.expr(namer) if self.other is not None else ""
         return self.check.format(s=s, o=o, **names)
 
+    def bound_expr(self, namer: Namer, bound: dict[str, str]) -> str:
+        """`expr`, reading each value once: a source an earlier check of the same chain bound
+        to a local (a prefix of this source included) is read from that local, and this
+        guard's source, when its check reads it several times (a tensor: type, dtype, device,
+        sizes, strides, requires_grad), is bound on its first read (`(___seenN := ...)`) for the
+        checks after it and for the graph's inputs (`Namer.bound`)."""
+        if self.source is None or self.other is not None:
+            return self.expr(namer)
+        names = {k: _literal(v) or namer.const(v) for k, v in self.held.items()}
+        full = self.source.expr(namer)
+        s = _reuse_bound(full, bound)
+        if (
+            self.check.count("{s}") < 2
+            or not self.check.startswith(_BINDABLE)
+            or s.isidentifier()  # a local already: nothing to save
+        ):
+            return self.check.format(s=s, **names)
+        var = bound[full] = f"___seen{len(bound)}"
+        head, _, rest = self.check.partition("{s}")
+        return (head + f"({var} := {s})" + rest.replace("{s}", var)).format(**names)
+
     def row(self) -> tuple | None:
         """This guard's values as a row of a table checked in a loop (see
         GuardSet.check_lines), when its source is a held object; None otherwise."""
@@ -296,6 +317,22 @@ def _short(value: Any) -> str:
     return name if isinstance(name, str) else type(value).__name__
 
 
+# checks whose first read of `{s}` comes first when evaluated (Python's `and` chains run left
+# to right), so a walrus there binds the value before the other reads use it
+_BINDABLE = ("type({s}) is ",)
+
+
+def _reuse_bound(expr: str, bound: dict[str, str]) -> str:
+    """`expr` with its longest prefix that names a bound value read from that local (a
+    prefix ends where an attribute or an index begins)."""
+    if expr in bound:
+        return bound[expr]
+    for end in range(len(expr) - 1, 0, -1):
+        if expr[end] in ".[" and expr[:end] in bound:
+            return bound[expr[:end]] + expr[end:]
+    return expr
+
+
 class GuardSet:
     """Guards of one trace, deduplicated, in the order they were first relied on."""
 
@@ -315,22 +352,27 @@ class GuardSet:
         that share a check are rows of one table, checked in a loop after the others: as fast
         to run as one inline check each, and a large model's entry compiles in a fraction of
         the time (GPT-2's ~500 held facts took 5 ms of its capture to compile inline)."""
-        inline: list[str] = []
+        inline: list[Guard] = []
         tables: dict[tuple, tuple[Guard, list]] = {}
         for g in self.guards:
             row = g.row()
             if row is None:
-                inline.append(g.expr(namer))
+                inline.append(g)
                 continue
             shape = (type(g.source), g.check, tuple(g.held))  # guards that share one check
             tables.setdefault(shape, (g, []))[1].append(row)
         lines = []
         for first, rows in tables.values():
             if len(rows) == 1:
-                inline.append(first.expr(namer))
+                inline.append(first)
                 continue
             lines += table_lines(first, rows, namer)
-        cond = " and\n        ".join(f"({e})" for e in inline) or "True"
+        # One `and` chain: every check in it has run when the entry goes on, so each value it
+        # bound is there for the checks after it and for the graph's inputs. An optimizer's
+        # step reads each state tensor through `self.state[p]['exp_avg']` (a dict lookup
+        # hashing a parameter in Python): read once instead of seven times per call.
+        exprs = [g.bound_expr(namer, namer.bound) for g in inline]
+        cond = " and\n        ".join(f"({e})" for e in exprs) or "True"
         return [f"if not ({cond}):", "    return ___MISS", *lines]
 
     def describe(self) -> str:

@@ -20,6 +20,8 @@ class Namer:
     def __init__(self) -> None:
         self.namespace: dict[str, Any] = {}
         self._by_id: dict[int, str] = {}
+        # source expression -> the entry's local its guard bound it to (guards.py, bound_expr)
+        self.bound: dict[str, str] = {}
 
     def const(self, obj: Any, hint: str = "c") -> str:
         key = id(obj)
