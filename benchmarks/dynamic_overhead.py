@@ -24,6 +24,8 @@ import torch
 
 import kiln
 
+CHUNK = 250  # calls timed in one go
+
 
 def one_input(x, w, b):
     return torch.relu(x * w + b)
@@ -53,16 +55,19 @@ def measure(name: str, program, make_args, sizes, calls: int, repeats: int, dyn)
             for n in sizes:
                 dynamic(*make_args(n))
         dyn_args = [make_args(n) for n in sizes]
+        cycled = [dyn_args[k % len(dyn_args)] for k in range(CHUNK)]
         s_times, same_times, d_times = [], [], []
-        for _ in range(repeats):
-            s_times.append(_per_call_us(static, fixed, calls))
+        # interleaved in short chunks, medians over many: a load from other processes that
+        # comes and goes then hits the three alike instead of whichever ran at the time
+        for _ in range(repeats * max(1, calls // CHUNK)):
+            s_times.append(_per_call_us(static, fixed, CHUNK))
             # the dynamic entry at the static entry's size: the per-call machinery alone
-            same_times.append(_per_call_us(dynamic, fixed, calls))
+            same_times.append(_per_call_us(dynamic, fixed, CHUNK))
             # and seeing a new size each call (all compiled): its real use
             start = time.perf_counter()
-            for k in range(calls):
-                dynamic(*dyn_args[k % len(dyn_args)])
-            d_times.append((time.perf_counter() - start) / calls * 1e6)
+            for a in cycled:
+                dynamic(*a)
+            d_times.append((time.perf_counter() - start) / CHUNK * 1e6)
     s, same, d = (statistics.median(t) for t in (s_times, same_times, d_times))
     return (
         f"{name}: static entry {s:.2f} us/call; dynamic entry (dynamic={dyn}) at the same size "

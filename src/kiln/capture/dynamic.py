@@ -131,8 +131,8 @@ class DynamicShapes:
         step, a mean's count) holds those modules as guard constants: the entry's namespace
         has neither name, and a guard that raises NameError misses on every call."""
         out = []
-        for g in self.shape_env.guards:
-            text = self.render(g.expr)
+        for fact in simplified_facts([g.expr for g in self.shape_env.guards]):
+            text = self.render(fact)
             check = _MODULE_REF.sub(r"{\1}.", text.replace("{", "{{").replace("}", "}}"))
             held = {m: _MODULES[m] for m in set(_MODULE_REF.findall(text))}
             out.append(G.Guard(None, "SHAPE", f"({check})", held, f"shape fact {text}"))
@@ -141,3 +141,65 @@ class DynamicShapes:
 
 _MODULES = {"math": math, "torch": torch}
 _MODULE_REF = re.compile(r"\b(math|torch)\.")
+
+
+def simplified_facts(facts: list) -> list:
+    """The shape environment's facts, fewer and cheaper to check, holding exactly when they do.
+
+    Sizes found equal (`x.size(1) == w.size(0)`, one fact per broadcast of a program that
+    multiplies by nine weights) form classes; each class is checked once as equalities with
+    its first member, and every other fact is written over those first members, so that the
+    facts it repeats (`w.size(0) != 1` after `x.size(1) != 1`) fall away as duplicates. A
+    `!= k` implied by a bound on the same size (`>= 2` implies `!= 1`) is dropped too. Why:
+    the entry checks these on every call, and a dynamic entry's per-call cost must stay near
+    a static one's (benchmarks/dynamic_overhead.py)."""
+    parent: dict = {}
+
+    def find(s):
+        while parent.get(s, s) != s:
+            s = parent[s]
+        return s
+
+    order: list = []  # symbols in the order first met: the first of a class represents it
+    rest = []
+    for f in facts:
+        if isinstance(f, sympy.Eq) and all(isinstance(a, sympy.Symbol) for a in f.args):
+            a, b = (find(x) for x in f.args)
+            for x in f.args:
+                if x not in order:
+                    order.append(x)
+            if a != b:
+                first, second = sorted((a, b), key=order.index)
+                parent[second] = first
+        else:
+            rest.append(f)
+    rep = {s: find(s) for s in order if find(s) != s}
+    out = [sympy.Eq(r, s) for s, r in sorted(rep.items(), key=lambda kv: order.index(kv[0]))]
+    seen = set(out)
+    for f in rest:
+        g = f.xreplace(rep) if rep else f
+        if g is sympy.true or g in seen:
+            continue
+        seen.add(g)
+        out.append(g)
+    return [f for f in out if not _implied_ne(f, seen)]
+
+
+def _implied_ne(fact, facts: set) -> bool:
+    """`s != k` where another fact bounds `s` above `k` (`s >= k + 1`, `s > k`)."""
+    if not isinstance(fact, sympy.Ne):
+        return False
+    s, k = fact.args
+    if not (isinstance(s, sympy.Symbol) and isinstance(k, sympy.Integer)):
+        return False
+    for f in facts:
+        if isinstance(f, (sympy.GreaterThan, sympy.StrictGreaterThan)) and f.lhs == s:
+            low = f.rhs
+        elif isinstance(f, (sympy.LessThan, sympy.StrictLessThan)) and f.rhs == s:
+            low = f.lhs
+        else:
+            continue
+        strict = isinstance(f, (sympy.StrictGreaterThan, sympy.StrictLessThan))
+        if isinstance(low, sympy.Integer) and (low >= k if strict else low > k):
+            return True
+    return False

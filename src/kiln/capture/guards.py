@@ -13,6 +13,7 @@ import re
 from typing import Any, Callable
 
 import torch
+from torch._prims_common import make_contiguous_strides_for
 
 from .guard_tables import table_lines
 from .sources import Namer, Source
@@ -250,6 +251,12 @@ def _device_check(device: torch.device) -> str:
     return "{s}.device == {dev}"
 
 
+def standard_contiguous(t: torch.Tensor) -> bool:
+    """Whether `t` has exactly the strides a fresh contiguous tensor of its sizes has (not
+    only `is_contiguous()`, which lets a dimension of size 1 have any stride)."""
+    return t.stride() == make_contiguous_strides_for(t.shape)
+
+
 def dynamic_tensor_guard(source: Source, t: torch.Tensor, dims: set[int]) -> Guard:
     """Like tensor_guard, but dimensions in `dims` may take any size (their facts are the
     shape environment's guards); strides are checked as a layout, not as numbers."""
@@ -353,8 +360,12 @@ class GuardSet:
         to run as one inline check each, and a large model's entry compiles in a fraction of
         the time (GPT-2's ~500 held facts took 5 ms of its capture to compile inline)."""
         inline: list[Guard] = []
+        sizes: list[str] = []
         tables: dict[tuple, tuple[Guard, list]] = {}
         for g in self.guards:
+            if g.source is None and g.kind in ("SHAPE", "SYM"):
+                sizes.append(g.expr(namer))
+                continue
             row = g.row()
             if row is None:
                 inline.append(g)
@@ -373,10 +384,28 @@ class GuardSet:
         # hashing a parameter in Python): read once instead of seven times per call.
         exprs = [g.bound_expr(namer, namer.bound) for g in inline]
         cond = " and\n        ".join(f"({e})" for e in exprs) or "True"
-        return [f"if not ({cond}):", "    return ___MISS", *lines]
+        return [f"if not ({cond}):", "    return ___MISS", *lines, *_size_fact_lines(sizes)]
 
     def describe(self) -> str:
         return "\n".join(f"  {g.describe()}" for g in self.guards)
+
+
+def _size_fact_lines(facts: list[str]) -> list[str]:
+    """The facts about sizes, checked last (after the guards that say each tensor read has the
+    dimensions read), with each size read more than once read once into a local: a dynamic
+    entry's facts read the same few sizes again and again, and each `.size(d)` is a call."""
+    if not facts:
+        return []
+    reads: dict[str, int] = {}
+    for f in facts:
+        for r in _SIZE_READ.findall(f):
+            reads[r] = reads.get(r, 0) + 1
+    local = {r: f"___z{i}" for i, r in enumerate(r for r, n in reads.items() if n > 1)}
+    if local:
+        facts = [_SIZE_READ.sub(lambda m: local.get(m.group(1), m.group(1)), f) for f in facts]
+    cond = " and\n        ".join(f"({f})" for f in facts)
+    binds = [f"{name} = {read}" for read, name in local.items()]
+    return binds + [f"if not ({cond}):", "    return ___MISS"]
 
 
 def explain_failure(

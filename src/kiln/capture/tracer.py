@@ -241,6 +241,13 @@ class Tracer:
                 self._hold_intermediates()
             node.meta["example_value"] = self.dyn.fake_input(t, source, dims)
             self.guards.add(G.dynamic_tensor_guard(source, t, dims))
+            if G.standard_contiguous(t):
+                # its guard checks `is_contiguous()`, its dimension count and static sizes,
+                # and the shape facts relate its symbolic sizes to every other input's: the
+                # layout code generators index it with (contiguous over its symbolic sizes)
+                # holds on every call that passes the guards. A strided input keeps the
+                # generated code's own check: its strides are numbers there, not symbols.
+                node.meta["kiln_layout_guarded"] = True
         else:
             if self.dyn is not None:
                 node.meta["example_value"] = self.dyn.fake_of(t)

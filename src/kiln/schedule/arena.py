@@ -201,7 +201,10 @@ def _stack(slots: list) -> Arena:
     """Offsets for slots with symbolic bytes, right for every size: each slot, largest (at the
     hints) first, sits above every slot already placed whose steps overlap its own (no gap is
     reused: a gap at one size may be too small at another). Each offset is a symbol defined
-    from earlier ones, so the wrapper computes each once per call."""
+    from earlier ones, so the wrapper computes each once per call. No slot: no arena (the
+    wrapper then neither takes nor returns a block)."""
+    if not slots:
+        return Arena()
     placed: list = []  # (offset symbol, bytes, first, last)
     offsets: dict[str, Any] = {}
     defs: dict = {}
