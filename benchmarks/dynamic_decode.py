@@ -18,7 +18,7 @@ largest difference of the logits from eager's over the steps, teacher-forced on 
 `--tiny` uses a 2-layer, 64-wide Llama, a 8-token prompt and 16 new tokens; without
 transformers (or with `--stand-in`) a small decoder written here with a KV cache of its own
 (a list of tensors that grows), marked "stand-in": it only checks that the script runs.
-Compiles are counted as in dynamic_serving.py.
+Each compiler runs in a fresh process and compiles are counted as fresh_process.py says.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -34,7 +33,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-from dynamic_serving import capture_compiles, kiln_counter  # noqa: E402
+from fresh_process import compiled_for, emit, run_worker, write_json  # noqa: E402
 
 COMPILERS = ("eager", "torch", "kiln")
 
@@ -165,18 +164,9 @@ def worker(args) -> dict:
         if cuda:
             torch.cuda.synchronize()
 
-    counts = None
     with torch.no_grad():
         ref_tokens, ref_logits, _ = generate(model, kind, prompt, new_tokens, sync)
-        if args.only == "eager":
-            fn = model
-        elif args.only == "torch":
-            fn = torch.compile(model, dynamic=None)
-        else:
-            import kiln
-
-            counts = kiln_counter()
-            fn = kiln.compile(model)
+        fn, compile_counts = compiled_for(args.only, model)
         tokens, _, first_s = generate(fn, kind, prompt, new_tokens, sync)
         _, _, steady_s = generate(fn, kind, prompt, new_tokens, sync)
         forced = teacher_forced(fn, kind, prompt, ref_tokens)
@@ -195,14 +185,7 @@ def worker(args) -> dict:
         "max_logit_diff_teacher_forced": max(diffs),
         "logit_scale": max(b.float().abs().max().item() for b in ref_logits),
     }
-    if args.only == "torch":
-        from torch._dynamo.utils import counters
-
-        result["compiles"] = int(counters["stats"]["unique_graphs"])
-    if args.only == "kiln":
-        result["capture_compiles"] = capture_compiles(fn)
-        result["codegen_compiles"] = counts["n"] if counts else None
-        result["compiles"] = result["capture_compiles"]
+    result.update(compile_counts())
     return result
 
 
@@ -220,26 +203,17 @@ def main() -> None:
     p.add_argument("--dtype", default="bfloat16", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.only:
-        print("RESULT " + json.dumps(worker(args)), flush=True)
+        emit(worker(args))
         return
     results = []
     for dtype in args.dtypes.split(","):
         for name in args.compilers.split(","):
-            cmd = [sys.executable, __file__, "--only", name, "--device", args.device]
-            cmd += ["--dtype", dtype, "--prompt", str(args.prompt)]
-            cmd += ["--new-tokens", str(args.new_tokens)]
-            cmd += ["--tiny"] * args.tiny + ["--stand-in"] * args.stand_in
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-            if proc.returncode or not lines:
-                results.append({"compiler": name, "dtype": dtype, "error": proc.stderr[-3000:]})
-            else:
-                results.append(json.loads(lines[-1][len("RESULT ") :]))
+            argv = ["--only", name, "--device", args.device, "--dtype", dtype]
+            argv += ["--prompt", str(args.prompt), "--new-tokens", str(args.new_tokens)]
+            argv += ["--tiny"] * args.tiny + ["--stand-in"] * args.stand_in
+            results.append(run_worker(__file__, argv, {"compiler": name, "dtype": dtype}))
             print(json.dumps(results[-1]), flush=True)
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"benchmark": "dynamic_decode", "results": results}, f, indent=1)
+    write_json(args.out, "dynamic_decode", results)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Counts how many graphs kiln compiled and how many `.so` files it built over the 60 lengths,
 checks every call against eager, and compares the steady time per length with a kiln entry
 compiled for that length alone (geomean of dynamic / static over the lengths measured both
-ways).
+ways, timed call by call alternately, medians).
 
 Two levels:
   --level compile   `kiln.compile(block)` called with each length (capture, AOT autograd and the
@@ -59,15 +59,19 @@ class Block(nn.Module):
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
 
-def _steady(fn, x, calls: int) -> float:
+def _steady_pair(dyn, static, x, calls: int) -> tuple[float, float]:
+    """Median seconds a call of `dyn` and of `static`, timed alternately call by call: the
+    machine's load (other processes come and go) then falls on both alike."""
     for _ in range(3):
-        fn(x)
-    times = []
+        dyn(x)
+        static(x)
+    d_times, s_times = [], []
     for _ in range(calls):
-        start = time.perf_counter()
-        fn(x)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, times in ((dyn, d_times), (static, s_times)):
+            start = time.perf_counter()
+            fn(x)
+            times.append(time.perf_counter() - start)
+    return statistics.median(d_times), statistics.median(s_times)
 
 
 class Counter:
@@ -171,8 +175,8 @@ def main() -> int:
                 dyn = kiln.compile(block)  # the dynamic entry again, after the reset
                 for u in LENGTHS[:2]:
                     dyn(inputs[u])
-            d_ms = _steady(dyn, inputs[t], args.calls) * 1e3
-            s_ms = _steady(static, inputs[t], args.calls) * 1e3
+            d_s, s_s = _steady_pair(dyn, static, inputs[t], args.calls)
+            d_ms, s_ms = d_s * 1e3, s_s * 1e3
             rows.append({"length": t, "dynamic_ms": d_ms, "static_ms": s_ms, "ratio": d_ms / s_ms})
             print(f"T={t:4d}  dynamic {d_ms:8.3f} ms  static {s_ms:8.3f} ms  x{d_ms / s_ms:.3f}")
     geo = math.exp(statistics.fmean(math.log(r["ratio"]) for r in rows))

@@ -16,10 +16,7 @@ length), which the dynamic entry should match within 10% (issue 31).
 with `--stand-in`) it uses a small causal transformer written here instead (marked "stand-in"
 in the output), which only checks that the script runs.
 
-Compiles: torch.compile's are its unique graphs (`torch._dynamo.utils.counters`, read only);
-kiln's are its captured graphs (`capture_compiles`) and the graphs its code generator built
-(`codegen_compiles`, counted around `kiln.codegen.compile_graph`: forward graphs built again
-for new sizes included).
+Each compiler runs in a fresh process and compiles are counted as fresh_process.py says.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -36,6 +32,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+from fresh_process import compiled_for, emit, run_worker, write_json  # noqa: E402
 
 COMPILERS = ("eager", "torch", "kiln")
 LENGTHS = (128, 200, 256, 300, 384, 448, 512)
@@ -115,27 +112,6 @@ class Timer:
         return out
 
 
-def kiln_counter():
-    """Count kiln's code-generator builds: wrap `kiln.codegen.compile_graph`, which the
-    inductor backend imports at compile time."""
-    import kiln.codegen as codegen
-
-    count = {"n": 0}
-    real = codegen.compile_graph
-
-    def counted(*a, **k):
-        count["n"] += 1
-        return real(*a, **k)
-
-    codegen.compile_graph = counted
-    return count
-
-
-def capture_compiles(compiled) -> int:
-    cf = compiled._kiln_compiled
-    return cf.compiles + sum(c.compiles for c in cf.continuations.values())
-
-
 def worker(args) -> dict:
     dtype = getattr(torch, args.dtype)
     model, kind, vocab = build_model(args.tiny, args.device, dtype, args.stand_in)
@@ -146,16 +122,7 @@ def worker(args) -> dict:
     timer = Timer(args.device)
     with torch.no_grad():
         ref = {n: logits_of(model(input_ids=x)).float() for n, x in inputs.items()}
-    counts = None
-    if args.only == "eager":
-        fn = model
-    elif args.only == "torch":
-        fn = torch.compile(model, dynamic=None)
-    else:
-        import kiln
-
-        counts = kiln_counter()
-        fn = kiln.compile(model)
+    fn, compile_counts = compiled_for(args.only, model)
     timer.sync()
     diffs = {}
     with torch.no_grad():
@@ -183,14 +150,8 @@ def worker(args) -> dict:
         "steady_ms": steady,
         "max_abs_diff_vs_eager": diffs,
     }
-    if args.only == "torch":
-        from torch._dynamo.utils import counters
-
-        result["compiles"] = int(counters["stats"]["unique_graphs"])
+    result.update(compile_counts())
     if args.only == "kiln":
-        result["capture_compiles"] = capture_compiles(fn)
-        result["codegen_compiles"] = counts["n"] if counts else None
-        result["compiles"] = result["capture_compiles"]
         if not args.no_static:
             result["static_entry_steady_ms"] = static_entries(model, inputs, timer, args)
     return result
@@ -228,25 +189,17 @@ def main() -> None:
     p.add_argument("--only", choices=COMPILERS, help=argparse.SUPPRESS)  # the worker process
     args = p.parse_args()
     if args.only:
-        print("RESULT " + json.dumps(worker(args)), flush=True)
+        emit(worker(args))
         return
     results = []
     for name in args.compilers.split(","):
-        cmd = [sys.executable, __file__, "--only", name, "--device", args.device]
-        cmd += ["--dtype", args.dtype, "--batch", str(args.batch), "--calls", str(args.calls)]
-        cmd += ["--reps", str(args.reps)] + ["--tiny"] * args.tiny
-        cmd += ["--no-static"] * args.no_static + ["--stand-in"] * args.stand_in
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        if proc.returncode or not lines:
-            results.append({"compiler": name, "error": proc.stderr[-3000:]})
-        else:
-            results.append(json.loads(lines[-1][len("RESULT ") :]))
+        argv = ["--only", name, "--device", args.device, "--dtype", args.dtype]
+        argv += ["--batch", str(args.batch), "--calls", str(args.calls), "--reps", str(args.reps)]
+        argv += ["--tiny"] * args.tiny + ["--no-static"] * args.no_static
+        argv += ["--stand-in"] * args.stand_in
+        results.append(run_worker(__file__, argv, {"compiler": name}))
         print(json.dumps(results[-1]), flush=True)
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"benchmark": "dynamic_serving", "results": results}, f, indent=1)
+    write_json(args.out, "dynamic_serving", results)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,13 @@ Usage:
     python benchmarks/opinfo_sweep.py                      # full sweep of kiln
     python benchmarks/opinfo_sweep.py --compiler torch --samples 2 --json torch.json
     python benchmarks/opinfo_sweep.py --combine kiln.json torch.json --write out.md
+    python benchmarks/opinfo_sweep.py --dynamic --samples 2 --json kiln_dynamic.json
+
+`--dynamic` runs each op's function through `kiln.compile(fn, dynamic=True)` (capture, AOT
+autograd and code generation with every dimension symbolic) and compares it with eager like the
+others; it also compiles the function with `dynamic=False` and counts the ops whose static
+graphs are all kernels but whose dynamic graphs keep ATen calls, are declined or run eagerly
+(each named in the op's detail after "fallback:").
 
 `tests/codegen/test_opinfo_subset.py` runs `run_op` on a small subset in CI.
 """
@@ -101,15 +108,74 @@ def _compile_torch(fn, gm, leaves):
     return torch.compile(fn), False
 
 
+def _built_graphs(fn, leaves, dynamic: bool):
+    """`kiln.compile(fn, dynamic=dynamic)`, called once on copies of `leaves`, and what the
+    code generator answered for each graph it was given: a `CompiledGraph` or a `Declined`."""
+    import kiln
+    import kiln.codegen as codegen
+
+    built: list = []
+    real = codegen.compile_graph
+
+    def watched(*a, **k):
+        out = real(*a, **k)
+        built.append(out)
+        return out
+
+    codegen.compile_graph = watched
+    try:
+        compiled = kiln.compile(fn, dynamic=dynamic)
+        compiled(*_copies(leaves))
+    finally:
+        codegen.compile_graph = real
+    return compiled, built
+
+
+def fallbacks(compiled, built) -> list[str]:
+    """Why a compiled function's graphs do not all run as generated kernels: graphs the code
+    generator declined, ATen ops it kept as calls, or the function run eagerly by capture."""
+    from kiln.codegen import Declined
+    from kiln.lower.graph import is_fallback
+
+    out = []
+    reason = compiled._kiln_compiled.eager_reason
+    if reason is not None:
+        out.append(f"runs eagerly: {_first_line(Exception(reason))}")
+    if not built and reason is None:
+        out.append("no graph was built")
+    for g in built:
+        if isinstance(g, Declined):
+            out.append(f"declined: {g.reason[:160]}")
+        else:
+            targets = {str(n.target) for n in g.schedule.graph.nodes if is_fallback(n)}
+            out += [f"ATen call {t}" for t in sorted(targets)]
+    return out
+
+
+def _compile_kiln_dynamic(fn, gm, leaves):
+    """kiln's whole pipeline under `dynamic=True` (capture, AOT autograd, codegen). `lowered`
+    is whether every graph became kernels only; an op whose `dynamic=False` compile is lowered
+    but whose dynamic one is not is a fallback the symbolic pipeline still has
+    (`run_op(..., dynamic=True)` reports it in its detail)."""
+    compiled, built = _built_graphs(fn, leaves, dynamic=True)
+    why = fallbacks(compiled, built)
+    compiled.kiln_fallbacks = why
+    return compiled, not why
+
+
 COMPILERS = {"kiln": _compile_kiln, "torch": _compile_torch}
 
 
-def run_op(opinfo, samples_per_op: int = 4, compiler: str = "kiln"):
+def run_op(opinfo, samples_per_op: int = 4, compiler: str = "kiln", dynamic: bool = False):
     """('pass'|'fail'|'skip'|'eager', detail, lowered: bool) for one OpInfo entry.
 
     'eager': kiln found the traced graph not functional (in-place ops on views) and hands it
     back to eager by design; counted apart from passes and failures. `lowered` says kiln
-    compiled the op to kernels only (always False for `torch`)."""
+    compiled the op to kernels only (always False for `torch`).
+
+    `dynamic` (kiln only): the function goes through `kiln.compile(fn, dynamic=True)`, every
+    dimension symbolic, and is compared with eager the same way; its detail names the
+    fallbacks of a dynamic compile whose `dynamic=False` compile has none ("fallback: ...")."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from kiln.lower import GraphUnsupported
@@ -147,8 +213,13 @@ def run_op(opinfo, samples_per_op: int = 4, compiler: str = "kiln"):
         gm = make_fx(fn)(*traced)
     except Exception as e:  # noqa: BLE001
         return "skip", f"eager/make_fx: {type(e).__name__}", False
+    static_lowered = None
     try:
-        compiled, lowered = COMPILERS[compiler](fn, gm, traced)
+        if dynamic:
+            static_lowered = not fallbacks(*_built_graphs(fn, leaves, dynamic=False))
+            compiled, lowered = _compile_kiln_dynamic(fn, gm, traced)
+        else:
+            compiled, lowered = COMPILERS[compiler](fn, gm, traced)
         got = compiled(*_copies(leaves))
     except GraphUnsupported as e:
         return "eager", f"graph runs eagerly: {e}", False
@@ -162,7 +233,10 @@ def run_op(opinfo, samples_per_op: int = 4, compiler: str = "kiln"):
             _compare(kind, g, e, [d[k] for d in draws])
         except AssertionError as err:
             return "fail", f"mismatch ({kind}): {_first_line(err)}", lowered
-    return "pass", "" if kind == "values" else f"compared as {kind}", lowered
+    detail = "" if kind == "values" else f"compared as {kind}"
+    if static_lowered and not lowered:
+        detail = f"{detail} fallback: {'; '.join(compiled.kiln_fallbacks)}".strip()
+    return "pass", detail, lowered
 
 
 def _copies(tensors) -> list:
@@ -240,7 +314,9 @@ def _compare_random(got: torch.Tensor, draws) -> None:
     )
 
 
-def sweep(ops, samples: int, compiler: str, budget_s: float) -> tuple[dict, float]:
+def sweep(
+    ops, samples: int, compiler: str, budget_s: float, dynamic: bool = False
+) -> tuple[dict, float]:
     results: dict = collections.OrderedDict()
     start = time.time()
     for o in ops:
@@ -249,7 +325,7 @@ def sweep(ops, samples: int, compiler: str, budget_s: float) -> tuple[dict, floa
             break
         t0 = time.time()
         try:
-            status, detail, lowered = run_op(o, samples, compiler)
+            status, detail, lowered = run_op(o, samples, compiler, dynamic)
         except Exception as e:  # noqa: BLE001 - the sweep reports, it does not stop
             status, detail, lowered = "fail", f"harness: {type(e).__name__}: {e}"[:200], False
             traceback.print_exc()
@@ -265,7 +341,9 @@ def sweep(ops, samples: int, compiler: str, budget_s: float) -> tuple[dict, floa
     return results, time.time() - start
 
 
-def summarize(results: dict, compiler: str, total_ops: int, seconds: float) -> str:
+def summarize(
+    results: dict, compiler: str, total_ops: int, seconds: float, dynamic: bool = False
+) -> str:
     counts = collections.Counter(r["status"] for r in results.values())
     ran = counts["pass"] + counts["fail"]
     by_kind = collections.Counter(
@@ -283,6 +361,12 @@ def summarize(results: dict, compiler: str, total_ops: int, seconds: float) -> s
             f"{counts['eager']} non-functional graphs run eagerly by design; {lowered} passing "
             "ops fully lowered to C++ kernels; "
         )
+        fell = sum(1 for r in results.values() if "fallback:" in r["detail"])
+        if dynamic:
+            out += (
+                f"{fell} ops lowered under dynamic=False fall back to ATen calls or eager "
+                "under dynamic=True; "
+            )
     return out + f"{len(results)} of {total_ops} float32 OpInfo entries swept in {seconds:.0f}s"
 
 
@@ -297,7 +381,15 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--budget-s", type=float, default=0, help="stop after this many seconds (0: no limit)"
     )
+    parser.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="kiln only: compile with kiln.compile(fn, dynamic=True), every dimension "
+        "symbolic, and count the ops lowered without it that fall back with it",
+    )
     args = parser.parse_args(argv)
+    if args.dynamic and args.compiler != "kiln":
+        parser.error("--dynamic sweeps kiln only (torch.compile's dynamic=True is not measured)")
     if args.combine:
         write_report([_load(p) for p in args.combine], args.write)
         return 0
@@ -306,11 +398,12 @@ def main(argv=None) -> int:
     wanted = set(filter(None, args.ops.split(",")))
     ops = [o for o in op_db if not wanted or o.name in wanted or o.full_name in wanted]
     ops = [o for o in ops if torch.float32 in o.supported_dtypes("cpu")]
-    results, seconds = sweep(ops, args.samples, args.compiler, args.budget_s)
-    summary = summarize(results, args.compiler, len(ops), seconds)
+    results, seconds = sweep(ops, args.samples, args.compiler, args.budget_s, args.dynamic)
+    summary = summarize(results, args.compiler, len(ops), seconds, args.dynamic)
+    name = args.compiler + (" dynamic=True" if args.dynamic else "")
     print(summary)
     run = {
-        "compiler": args.compiler,
+        "compiler": name,
         "command": "python benchmarks/opinfo_sweep.py " + " ".join(argv or sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
         "versions": _versions(),
