@@ -295,9 +295,10 @@ def _only_sizes(e) -> bool:
 
 def _coeff_split(term):
     """(coefficient, rest) of a product: its number, or with symbolic sizes its factors that
-    are sizes (`s7*s96*(i0 // s96)` -> (s7*s96, i0 // s96))."""
+    are sizes (`s7*s96*(i0 // s96)` -> (s7*s96, i0 // s96)), powers of sizes included
+    (`s49**2*(i0 % 4)`: the stride of a square attention matrix)."""
     c, rest = term.as_coeff_Mul()
-    if rest.is_Mul and any(a.is_Symbol and is_size_symbol(a) for a in rest.args):
+    if rest.is_Mul and any(_only_sizes(a) for a in rest.args):
         sizes = [a for a in rest.args if _only_sizes(a)]
         others = [a for a in rest.args if a not in sizes]
         if sizes and others:

@@ -23,8 +23,10 @@ import math
 from dataclasses import dataclass
 from typing import Union
 
+import sympy
+
 from .. import logs
-from ..lower.indexing import index_vars, memory_steps, reduce_vars
+from ..lower.indexing import index_vars, is_size_symbol, memory_steps, reduce_vars
 from ..lower.ir import (
     Extern,
     ExternItem,
@@ -196,7 +198,7 @@ def _transposed_apart(node: Computed, kernel: Kernel, nodes: dict[str, Node]) ->
     if all(tuple(o.size) == tuple(node.size) for o in others):
         return ""
     for n in (node, *others):
-        hit = transposed_read(n, nodes)
+        hit = transposed_read(n, nodes, at_hints=True)
         if hit:
             shape = "the kernel's members" if n is node else f"{node.name}"
             return (
@@ -206,10 +208,15 @@ def _transposed_apart(node: Computed, kernel: Kernel, nodes: dict[str, Node]) ->
     return ""
 
 
-def transposed_read(node: Computed, nodes: dict[str, Node]) -> tuple[str, int] | None:
+def transposed_read(
+    node: Computed, nodes: dict[str, Node], at_hints: bool = False
+) -> tuple[str, int] | None:
     """The first buffer `node` reads with its last dimension strided and an earlier one, `d`,
     contiguous, as (buffer, the last such `d`); None if it reads none so. Dimensions shorter
-    than TRANSPOSE_MIN do not count. (The Triton renderer tiles such a kernel at `d + 1`.)"""
+    than TRANSPOSE_MIN do not count. (The Triton renderer tiles such a kernel at `d + 1`.)
+    `at_hints`: symbolic strides and indices are read at the size hints, so that a transposed
+    read through a symbolic stride (`768*s0*i0 + 768*i3 + i2`) is seen as one: fusion keeps such
+    a node apart as it does at static sizes, where the C++ renderer vectorizes each alone."""
     size = [hint(s) for s in node.size]  # a speed decision: hints for symbolic sizes
     if len(size) < 2 or size[-1] < TRANSPOSE_MIN:
         return None
@@ -218,7 +225,10 @@ def transposed_read(node: Computed, nodes: dict[str, Node]) -> tuple[str, int] |
         layout = getattr(nodes.get(ld.buf), "layout", None)  # a view has none
         if layout is None:
             continue
-        steps = memory_steps(ld.index, layout.stride, names)
+        index, stride = ld.index, layout.stride
+        if at_hints:
+            index, stride = tuple(map(_at_hints, index)), tuple(map(_at_hints, stride))
+        steps = memory_steps(index, stride, names)
         if steps is None or steps[-1] in (0, 1):
             continue
         for d in range(len(size) - 2, -1, -1):
@@ -229,6 +239,14 @@ def transposed_read(node: Computed, nodes: dict[str, Node]) -> tuple[str, int] |
 
 # a dimension shorter than this gains nothing from a tile of 32
 TRANSPOSE_MIN = 16
+
+
+def _at_hints(e):
+    """A size or index expression with its size symbols at their hints (loop variables kept)."""
+    if not isinstance(e, sympy.Basic) or e.is_Number:
+        return e
+    sizes = {s: hint(s) for s in e.free_symbols if is_size_symbol(s)}
+    return e.xreplace(sizes) if sizes else e
 
 
 def _new_kernel(node: Computed, name: str) -> Kernel:

@@ -257,11 +257,14 @@ def _inner_loop(
     if tail:  # the row as (the rest) x (its last dimension), the last one vectorized
         if "parallel" in pragma:
             lines.append(f"{ind}{pragma.replace(' simd', '')}")
-        lines.append(f"{ind}for (int64_t ro = 0; ro < {end // tail}; ++ro) {{")
+        first = k.nodes[members[0].name]
+        rest = sympy_str(sympy.Mul(*first.size[members[0].split : -1]))  # = end / tail
+        lines.append(f"{ind}for (int64_t ro = 0; ro < {rest}; ++ro) {{")
         ind += "  "
         lines.append(f"{ind}#pragma omp simd")
-        lines.append(f"{ind}for (int64_t ri = 0; ri < {tail}; ++ri) {{")
-        lines.append(f"{ind}  const int64_t r = ro * {tail} + ri;")
+        last = sympy_str(tail) if isinstance(tail, int) else f"({sympy_str(tail)})"
+        lines.append(f"{ind}for (int64_t ri = 0; ri < {last}; ++ri) {{")
+        lines.append(f"{ind}  const int64_t r = ro * {last} + ri;")
     else:
         lines.append(f"{ind}{pragma}")
         lines.append(f"{ind}for (int64_t r = {start}; r < {sympy_str(end)}; ++r) {{")
@@ -319,8 +322,10 @@ def _tail(k: _KernelContext, members) -> int | None:
     if split >= len(size) - 1 or any(m.per_row for m in members):
         return None
     last = size[-1]
-    if not isinstance(last, int) or is_symbolic(k.kernel.inner):
-        return None
+    if is_symbolic(last) or is_symbolic(k.kernel.inner):
+        # symbolic sizes: the row is still (the rest) x (its last dimension), whatever they
+        # are; a last dimension short at the hints is not worth a loop of its own (speed only)
+        return last if hint(last) >= TAIL_MIN else None
     if last < TAIL_MIN or k.kernel.inner % last:
         return None
     return last
