@@ -54,3 +54,20 @@ def test_attention_at_a_symbolic_length_divides_by_no_size_per_element():
     softmax = [k for k in kernels if "std::exp" in k]
     assert len(softmax) == 1, "the softmax is one kernel, computed once"
     assert softmax[0].count("std::exp") == 1, softmax[0]
+
+
+def test_column_sums_over_symbolic_strides_read_rows_in_order():
+    """A bias gradient's sum over the tokens of a [tokens, features] tensor, with both sizes
+    symbolic: the column layout (a block of columns summed row by row, vectorized along the
+    row) needs the loads' steps, which are sizes here (`features` per token)."""
+
+    def f(x, g):
+        return (x * g).sum(0), x.sum(0)
+
+    def make(n):
+        return torch.randn(3 * n + 5, 2 * n + 9), torch.randn(3 * n + 5, 2 * n + 9)
+
+    compiled = _compile(f, make(20), {0: (0, 1), 1: (0, 1)})
+    for n in (0, 1, 4, 20, 37):
+        _compare(compiled, f, make(n), rtol=1e-4, atol=1e-4)
+    assert "xb += 64" in compiled.kernel_source, compiled.kernel_source[-2000:]

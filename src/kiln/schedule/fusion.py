@@ -241,7 +241,7 @@ def transposed_read(
 TRANSPOSE_MIN = 16
 
 
-def _at_hints(e):
+def _at_hints(e: object) -> object:
     """A size or index expression with its size symbols at their hints (loop variables kept)."""
     if not isinstance(e, sympy.Basic) or e.is_Number:
         return e

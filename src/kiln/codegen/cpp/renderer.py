@@ -497,8 +497,9 @@ COLUMN_CHUNK = 8  # rows summed into a partial before it joins the column's tota
 
 def _storage_coefficients(node, k: _KernelContext):
     """(coefficient of x, coefficient of r) of every load of a buffer outside the kernel in
-    `node`'s body, with x/r the kernel's row and reduced positions; None if not affine."""
-    from ...lower.indexing import affine_coefficients, is_affine, simplify_index
+    `node`'s body, with x/r the kernel's row and reduced positions; None if not affine. A
+    coefficient may be a size expression (a symbolic stride: `s1` features per token)."""
+    from ...lower.indexing import simplify_index, symbolic_affine
 
     sub = dict(zip(index_vars(len(node.size)), delinearize(_X, tuple(node.size))))
     sub.update(zip(reduce_vars(len(node.reduce_size)), delinearize(_R, tuple(node.reduce_size))))
@@ -508,9 +509,10 @@ def _storage_coefficients(node, k: _KernelContext):
             return None
         lay = k.nodes[ld.buf].layout
         pos = simplify_index(linearize([e.xreplace(sub) for e in ld.index], lay.stride))
-        if not is_affine(pos, (_X, _R)):
+        form = symbolic_affine(pos, (_X, _R))
+        if form is None:
             return None
-        (cx, cr), _ = affine_coefficients(pos, (_X, _R))
+        (cx, cr), _ = form
         out.append((cx, cr))
     return out
 
