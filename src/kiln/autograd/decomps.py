@@ -75,7 +75,6 @@ decompose(
     "native_batch_norm_backward",
     "native_group_norm_backward",
     "mse_loss_backward",
-    "nll_loss_backward",
     why="reduction + pointwise backward: fusable pieces instead of one opaque kernel",
 )
 decompose(
@@ -143,6 +142,38 @@ def _copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
     if out.shape != dst.shape:
         out = out.expand(dst.shape)
     return out.clone()
+
+
+@register(
+    aten.nll_loss_backward.default,
+    why="the targets' one-hot as a comparison with an iota, pointwise: the cross-entropy "
+    "backward becomes one fused kernel, where zeros + scatter was a buffer of the logits' size",
+)
+def _nll_loss_backward(
+    grad_output: torch.Tensor,
+    self: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor | None,
+    reduction: int,
+    ignore_index: int,
+    total_weight: torch.Tensor,
+) -> torch.Tensor:
+    """d(nll_loss)/d(self): -grad (times the class weight, over the total weight for a mean) at
+    each row's target class, 0 elsewhere and on rows whose target is `ignore_index`."""
+    channel = 0 if self.dim() < 2 else 1
+    if reduction == 1:  # mean
+        grad_output = grad_output / total_weight
+    if self.dim() == 1 and target.dim() > 0:  # no batch dimension: ATen reads target[0]
+        target = target[0]
+    target = target.unsqueeze(channel)
+    classes = torch.arange(self.shape[channel], device=self.device)
+    hit = (classes == target) & (target != ignore_index)
+    grad = -hit.to(self.dtype)
+    if weight is not None:
+        grad = grad * weight
+    if grad.dim() > grad_output.dim() > 0:
+        grad_output = grad_output.unsqueeze(channel)
+    return grad * grad_output
 
 
 def _eval_affine(x, weight, bias, mean, var, eps: float) -> torch.Tensor:

@@ -61,6 +61,13 @@ _CHEAP_PACKETS = {
     aten.lift_fresh_copy,
     aten.where,
 }
+# A copy of a base with a constant written at some places: as cheap as a fill, and the same
+# whichever write lands last. The cross-entropy backward's one-hot of the targets
+# (`nll_loss_backward` decomposed: zeros + scatter of -1) is one; computed in the forward, as it
+# reads no tangent, and saved, it kept a logits-sized tensor alive from the forward to the
+# backward. (`scatter` with a tensor `src` is not: with repeated indices the value that lands
+# last may differ from run to run on a GPU.)
+_CHEAP_OVERLOADS = {aten.scatter.value, aten.index_fill.int_Scalar}
 
 
 def _is_view_op(op: torch._ops.OpOverload) -> bool:
@@ -115,6 +122,7 @@ def is_recomputable(node: torch.fx.Node) -> bool:
         torch.Tag.pointwise in target.tags
         or _is_view_op(target)
         or target.overloadpacket in _CHEAP_PACKETS
+        or target in _CHEAP_OVERLOADS
     )
 
 

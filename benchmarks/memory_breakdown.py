@@ -1,0 +1,313 @@
+"""Where a training step's or an inference call's memory goes: eager, kiln (and torch.compile).
+
+Takes command-line options (models, compilers, device); prints one table row per (model,
+compiler) with, for one step after warm-up:
+
+- saved: bytes of the distinct storages saved for the backward, parameters and inputs left out
+  (`torch.autograd.graph.saved_tensors_hooks` around the forward: eager's saved tensors, and the
+  values kiln's or torch.compile's partition returns from the forward for the backward);
+- fw peak / step peak: the most bytes alive at once, of tensors created during the forward
+  (resp. the whole step: forward, loss, backward), above what was alive before it. On the CPU
+  counted by `LiveBytes`, a dispatch mode that sees every tensor an ATen op or a wrapper's
+  `empty_strided` makes and drops it when its storage dies; on CUDA
+  `torch.cuda.max_memory_allocated` above the memory allocated before;
+- arena: bytes kiln's arena blocks hold between calls (CPU; `kiln.runtime.arenas.held_bytes`),
+  memory the step peak above does not see because it is allocated at the first call.
+
+Models: `gpt2` (Hugging Face GPT2LMHeadModel from a config, `labels=` so the cross-entropy is
+computed inside the model, as the issue's training row), `nanogpt` (the suite's nanoGPT, loss
+`F.cross_entropy` in the compiled function), and `resnet` (a ResNet-50-shaped bottleneck conv net
+written in plain torch, inference under `no_grad`, channels-last). CPU sizes are small; `--device
+cuda` uses the issue's sizes (GPT-2: 6 layers, d768, batch 8 x 512; ResNet: batch 32, 224 x 224,
+bfloat16) and adds torch.compile by default.
+
+Usage: PYTHONPATH=src python3 benchmarks/memory_breakdown.py [--models gpt2,nanogpt,resnet]
+       [--compilers eager,kiln,torch] [--device cpu|cuda]
+Each compiler runs in its own process (`--one MODEL COMPILER` is that process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+MIB = 2**20
+
+
+class LiveBytes(TorchDispatchMode):
+    """Bytes of the storages created while the mode is on that are still alive, and their peak.
+
+    Each new storage (by its data pointer) is counted once and dropped when its Python storage
+    object dies (torch keeps one such object per storage, so a weak reference to it lives as
+    long as the memory). An output on the storage of one of the op's inputs (a view, an `out=`
+    call, an in-place op) is no new memory: a block made before the mode (a parameter, kiln's
+    arena kept from the last call) is not counted when an op views it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}
+        self.now = 0
+        self.peak = 0
+
+    def _drop(self, key: int) -> None:
+        self.now -= self.live.pop(key, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        given = {
+            t.untyped_storage().data_ptr()
+            for t in tree_leaves((args, kwargs))
+            if isinstance(t, torch.Tensor) and t.device.type != "meta"
+        }
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                continue
+            storage = t.untyped_storage()
+            key = storage.data_ptr()
+            if key in self.live or key in given or storage.nbytes() == 0:
+                continue
+            self.live[key] = storage.nbytes()
+            self.now += storage.nbytes()
+            self.peak = max(self.peak, self.now)
+            weakref.finalize(storage, self._drop, key)
+        return out
+
+
+def saved_bytes(run, exclude: set[int]) -> tuple[object, int]:
+    """(what `run()` returned, bytes of distinct storages autograd saved for the backward while
+    it ran, leaving out those whose data pointer is in `exclude`: parameters, inputs)."""
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in exclude:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = run()
+    return out, sum(seen.values())
+
+
+# ---- models ----------------------------------------------------------------------------------
+
+
+def _gpt2(device: str, large: bool):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    layers, d, heads, batch, seq = (6, 768, 12, 8, 512) if large else (2, 128, 4, 2, 128)
+    cfg = GPT2Config(n_layer=layers, n_embd=d, n_head=heads, n_positions=max(seq, 256))
+    cfg.loss_type = "ForCausalLM"
+    model = GPT2LMHeadModel(cfg).to(device).train()
+    model.config.use_cache = False
+
+    def batch_of(gen):
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=gen).to(device)
+        return {"input_ids": ids, "labels": ids}
+
+    return model, batch_of, lambda m, b: m(**b).loss
+
+
+def _nanogpt(device: str, large: bool):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from models.nanogpt import GPT, GPTConfig
+
+    cfg = GPTConfig(1024, 50304, 6, 12, 768) if large else GPTConfig(256, 50304, 2, 4, 128, True)
+    batch, seq = (8, 512) if large else (2, 128)
+    model = GPT(cfg).to(device).train()
+
+    def batch_of(gen):
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq + 1), generator=gen).to(device)
+        return {"idx": ids[:, :-1].contiguous(), "targets": ids[:, 1:].contiguous()}
+
+    def loss(m, b):
+        logits = m(b["idx"])
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), b["targets"].view(-1))
+
+    return model, batch_of, loss
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin: int, mid: int, stride: int):
+        super().__init__()
+        cout = mid * 4
+        self.conv1, self.bn1 = nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid)
+        self.conv2 = nn.Conv2d(mid, mid, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(mid)
+        self.conv3, self.bn3 = nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return F.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet50Shape(nn.Module):
+    """torchvision's ResNet-50 layout (stem, 3-4-6-3 bottlenecks, widths 64-512) in plain torch,
+    at `width` times its channels."""
+
+    def __init__(self, width: float = 1.0, blocks=(3, 4, 6, 3), classes: int = 1000):
+        super().__init__()
+        c = int(64 * width)
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, c, 7, 2, 3, bias=False),
+            nn.BatchNorm2d(c),
+            nn.ReLU(),
+            nn.MaxPool2d(3, 2, 1),
+        )
+        layers, cin = [], c
+        for i, n in enumerate(blocks):
+            mid = int(64 * width) * 2**i
+            for j in range(n):
+                layers.append(Bottleneck(cin, mid, 2 if j == 0 and i > 0 else 1))
+                cin = mid * 4
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _resnet(device: str, large: bool):
+    dtype = torch.bfloat16 if large else torch.float32
+    width, batch, hw = (1.0, 32, 224) if large else (0.25, 4, 96)
+    model = ResNet50Shape(width).to(device, dtype).eval().to(memory_format=torch.channels_last)
+
+    def batch_of(gen):
+        x = torch.randn(batch, 3, hw, hw, generator=gen).to(device, dtype)
+        return {"x": x.to(memory_format=torch.channels_last)}
+
+    return model, batch_of, None  # inference
+
+
+MODELS = {"gpt2": _gpt2, "nanogpt": _nanogpt, "resnet": _resnet}
+
+
+# ---- one measurement -------------------------------------------------------------------------
+
+
+def _compiled(compiler: str, model):
+    if compiler == "kiln":
+        import kiln
+
+        return kiln.compile(model)
+    if compiler == "torch":
+        return torch.compile(model)
+    return model
+
+
+def measure(model_name: str, compiler: str, device: str, large: bool, warmup: int = 2) -> dict:
+    torch.manual_seed(0)
+    model, batch_of, loss_of = MODELS[model_name](device, large)
+    fn = _compiled(compiler, model)
+    gen = torch.Generator().manual_seed(1)
+    batches = [batch_of(gen) for _ in range(warmup + 1)]
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    params |= {b.untyped_storage().data_ptr() for b in model.buffers()}
+    cuda = device == "cuda"
+
+    def forward(b):
+        if loss_of is None:
+            with torch.no_grad():
+                return fn(**b)
+        return loss_of(fn, b)
+
+    def step(b):
+        out = forward(b)
+        if loss_of is not None:
+            out.backward()
+        return out
+
+    for b in batches[:warmup]:
+        step(b)
+        model.zero_grad(set_to_none=True)
+    b = batches[warmup]
+    exclude = params | {t.untyped_storage().data_ptr() for t in b.values()}
+    row = {"model": model_name, "compiler": compiler, "device": device}
+    if loss_of is not None:
+        _, row["saved"] = saved_bytes(lambda: forward(b), exclude)
+    for phase, run in (("fw_peak", lambda: forward(b)), ("step_peak", lambda: step(b))):
+        model.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            out = run()
+            torch.cuda.synchronize()
+            row[phase] = torch.cuda.max_memory_allocated() - base
+        else:
+            with LiveBytes() as live:
+                out = run()
+            row[phase] = live.peak
+        del out
+    if compiler == "kiln" and not cuda:
+        from kiln.runtime.arenas import held_bytes
+
+        row["arena"] = held_bytes()
+    if cuda:
+        row["cuda_total_peak"] = torch.cuda.max_memory_allocated()
+    return row
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v / MIB:.1f}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="gpt2,nanogpt,resnet")
+    ap.add_argument("--compilers", default=None, help="default eager,kiln (cuda: eager,torch,kiln)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--large", action="store_true", help="the issue's sizes (default on cuda)")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--one", nargs=2, metavar=("MODEL", "COMPILER"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    large = args.large or args.device == "cuda"
+    if args.one:
+        print(json.dumps(measure(*args.one, args.device, large)))
+        return 0
+    compilers = args.compilers or ("eager,torch,kiln" if args.device == "cuda" else "eager,kiln")
+    rows = []
+    for model_name in args.models.split(","):
+        for compiler in compilers.split(","):
+            cmd = [sys.executable, __file__, "--device", args.device, "--one", model_name, compiler]
+            cmd += ["--large"] if large else []
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            if proc.returncode or not lines:
+                print(f"{model_name} {compiler}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)
+                continue
+            rows.append(json.loads(lines[-1]))
+    print(f"device {args.device}, {'issue sizes' if large else 'small sizes'}; MiB")
+    print("| model | compiler | saved | fw peak | step peak | arena (CPU) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        cells = [r.get(k) for k in ("saved", "fw_peak", "step_peak", "arena")]
+        print(f"| {r['model']} | {r['compiler']} | " + " | ".join(_fmt(c) for c in cells) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
