@@ -77,12 +77,15 @@ def test_nll_loss_backward_matches_aten_for_every_reduction_weight_and_ignore_in
     decomp = default_decompositions()[aten.nll_loss_backward.default]
     for reduction in (0, 1, 2):  # none, mean, sum
         for weight in (None, torch.rand(7)):
-            for ignore in (-100, 2):
+            for ignored in ("none", "one", "all"):  # all: a mean over a total weight of 0
                 for batched in (True, False):
                     x = torch.randn(5, 7) if batched else torch.randn(7)
                     t = torch.randint(0, 7, (5,) if batched else ())
-                    if batched:
-                        t[1] = ignore if ignore >= 0 else t[1]
+                    if ignored == "one" and batched:
+                        t[1] = 2
+                    elif ignored == "all":
+                        t.fill_(2)
+                    ignore = -100 if ignored == "none" else 2
                     out, total = aten.nll_loss_forward(x, t, weight, reduction, ignore)
                     g = torch.randn(out.shape)
                     want = aten.nll_loss_backward(g, x, t, weight, reduction, ignore, total)

@@ -168,12 +168,12 @@ def _nll_loss_backward(
     target = target.unsqueeze(channel)
     classes = torch.arange(self.shape[channel], device=self.device)
     hit = (classes == target) & (target != ignore_index)
-    grad = -hit.to(self.dtype)
-    if weight is not None:
-        grad = grad * weight
-    if grad.dim() > grad_output.dim() > 0:
+    if grad_output.dim() > 0 and self.dim() > grad_output.dim():
         grad_output = grad_output.unsqueeze(channel)
-    return grad * grad_output
+    scale = -grad_output if weight is None else -grad_output * weight
+    # where, not a product: a mean whose every target is ignored divides by a total weight of
+    # 0, and ATen still gives 0 (not 0 * inf) at the places it skips
+    return torch.where(hit, scale, 0)
 
 
 def _eval_affine(x, weight, bias, mean, var, eps: float) -> torch.Tensor:
