@@ -11,6 +11,8 @@ compiler) with, for one step after warm-up:
   counted by `LiveBytes`, a dispatch mode that sees every tensor an ATen op or a wrapper's
   `empty_strided` makes and drops it when its storage dies; on CUDA
   `torch.cuda.max_memory_allocated` above the memory allocated before;
+- kept: bytes allocated during the first call (the compile) that stay alive after it, on the
+  CPU: constants a compiler made (folded weights, copies of parameters), arenas, caches;
 - arena: bytes kiln's arena blocks hold between calls (CPU; `kiln.runtime.arenas.held_bytes`),
   memory the step peak above does not see because it is allocated at the first call.
 
@@ -29,6 +31,7 @@ Each compiler runs in its own process (`--one MODEL COMPILER` is that process).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -38,6 +41,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -64,13 +68,9 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        given = {
-            t.untyped_storage().data_ptr()
-            for t in tree_leaves((args, kwargs))
-            if isinstance(t, torch.Tensor) and t.device.type != "meta"
-        }
+        given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if _real(t)}
         for t in tree_leaves(out):
-            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            if not _real(t):
                 continue
             storage = t.untyped_storage()
             key = storage.data_ptr()
@@ -81,6 +81,16 @@ class LiveBytes(TorchDispatchMode):
             self.peak = max(self.peak, self.now)
             weakref.finalize(storage, self._drop, key)
         return out
+
+
+def _real(t) -> bool:
+    """A tensor with memory of its own: not a meta or fake one (a compiler's tracing)."""
+    return (
+        isinstance(t, torch.Tensor)
+        and t.device.type != "meta"
+        and not isinstance(t, FakeTensor)
+        and type(t) in (torch.Tensor, nn.Parameter)
+    )
 
 
 def saved_bytes(run, exclude: set[int]) -> tuple[object, int]:
@@ -237,12 +247,17 @@ def measure(model_name: str, compiler: str, device: str, large: bool, warmup: in
             out.backward()
         return out
 
-    for b in batches[:warmup]:
+    row = {"model": model_name, "compiler": compiler, "device": device}
+    with LiveBytes() as first:
+        step(batches[0])
+    model.zero_grad(set_to_none=True)
+    gc.collect()
+    row["kept"] = None if cuda else first.now
+    for b in batches[1:warmup]:
         step(b)
         model.zero_grad(set_to_none=True)
     b = batches[warmup]
     exclude = params | {t.untyped_storage().data_ptr() for t in b.values()}
-    row = {"model": model_name, "compiler": compiler, "device": device}
     if loss_of is not None:
         _, row["saved"] = saved_bytes(lambda: forward(b), exclude)
     for phase, run in (("fw_peak", lambda: forward(b)), ("step_peak", lambda: step(b))):
@@ -298,10 +313,10 @@ def main() -> int:
                 continue
             rows.append(json.loads(lines[-1]))
     print(f"device {args.device}, {'issue sizes' if large else 'small sizes'}; MiB")
-    print("| model | compiler | saved | fw peak | step peak | arena (CPU) |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| model | compiler | saved | fw peak | step peak | kept (CPU) | arena (CPU) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        cells = [r.get(k) for k in ("saved", "fw_peak", "step_peak", "arena")]
+        cells = [r.get(k) for k in ("saved", "fw_peak", "step_peak", "kept", "arena")]
         print(f"| {r['model']} | {r['compiler']} | " + " | ".join(_fmt(c) for c in cells) + " |")
     if args.json:
         with open(args.json, "w") as f:

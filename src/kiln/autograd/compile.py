@@ -64,6 +64,7 @@ from .runtime import InferenceEntry, SymbolicOutputs, TrainingEntry, TrainingPla
 from .symbolic import FakeWorld, needs_shape_env, symbolic_world
 from .tensor_scalars import rewrite_tensor_scalars
 from .tracing import trace_inference, trace_training
+from .zero_tangents import ZeroTangents
 
 if TYPE_CHECKING:
     from .sizes import SizeReader
@@ -265,6 +266,7 @@ class AotCompiled:
             num_tensor_inputs=len(tensors),
             clone_saved=_saved_mutated_inputs(part, meta.mutated, args),
             num_saved_sizes=len(part.saved_sizes),
+            zero_tangents=_zero_tangents(part, len(joint.diff_outputs), self.bw_compiler),
         )
         return TrainingEntry(meta, plan, _all_tensors(args), outputs)
 
@@ -325,6 +327,13 @@ def _saved_mutated_inputs(part: Partition, mutated: list[int], args: list) -> li
     placeholders = [n.name for n in part.fw.graph.find_nodes(op="placeholder")]
     mutated_names = {placeholders[tensor_pos.index(i)] for i in mutated}
     return [k for k, name in enumerate(part.saved) if name in mutated_names]
+
+
+def _zero_tangents(part: Partition, num_tangents: int, compiler: Compiler) -> ZeroTangents | None:
+    """Backwards for calls whose unused outputs get no gradient, when every tangent's shape is
+    fixed (a zeros fill of a symbolic size would need the call's sizes): see zero_tangents.py."""
+    zeros = ZeroTangents(part.bw, num_tangents, compiler)
+    return zeros if num_tangents and zeros.supports(tuple(range(num_tangents))) else None
 
 
 def _describe_partition(part: Partition) -> str:

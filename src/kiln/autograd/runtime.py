@@ -31,11 +31,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from ..gc_pause import saved_tensor_hooks_suspended
 from .analyze import GraphMeta, OutputAlias
 from .errors import DOUBLE_BACKWARD_MESSAGE
 
 if TYPE_CHECKING:
     from .sizes import SizeReader
+    from .zero_tangents import ZeroTangents
 
 
 @dataclass
@@ -52,6 +54,9 @@ class TrainingPlan:
     num_tensor_inputs: int
     clone_saved: list[int]  # saved values that are inputs mutated later: saved as copies
     num_saved_sizes: int = 0  # the forward's last outputs: ints the backward takes
+    # Backwards for calls where some outputs get no gradient (zero_tangents.py); None: autograd
+    # passes zeros for those. Not kept by the artifact cache (compiled again when needed).
+    zero_tangents: ZeroTangents | None = None
 
 
 def call_compiled(fn: Callable, args: list):
@@ -76,6 +81,8 @@ class CompiledFunction(torch.autograd.Function):
         ctx.saved_sizes = tuple(outs[end:])
         ctx.plan = plan
         ctx.mark_non_differentiable(*(fw_outs[j] for j in plan.non_diff_outputs))
+        if plan.zero_tangents is not None:  # an unused output's gradient stays None
+            ctx.set_materialize_grads(False)
         return tuple(fw_outs)
 
     @staticmethod
@@ -83,15 +90,19 @@ class CompiledFunction(torch.autograd.Function):
         if torch.is_grad_enabled():
             raise RuntimeError(DOUBLE_BACKWARD_MESSAGE)
         plan: TrainingPlan = ctx.plan
-        args = [
-            *ctx.saved_tensors,
-            *ctx.saved_sizes,
-            *(grads[j].contiguous() for j in plan.diff_outputs),
-        ]
+        tangents = [grads[j] for j in plan.diff_outputs]
+        backward = plan.bw
+        absent = tuple(k for k, g in enumerate(tangents) if g is None)
+        if absent:  # only with plan.zero_tangents: a backward that reads zeros for them
+            assert plan.zero_tangents is not None
+            with saved_tensor_hooks_suspended():
+                backward = plan.zero_tangents.backward(absent)
+            tangents = [g for g in tangents if g is not None]
+        args = [*ctx.saved_tensors, *ctx.saved_sizes, *(g.contiguous() for g in tangents)]
         if hasattr(ctx, "maybe_clear_saved_tensors"):  # unless retain_graph: `args` holds them
             ctx.maybe_clear_saved_tensors()  # now, and a boxed graph frees each when it is dead
-        del grads
-        computed = iter(call_compiled(plan.bw, args))
+        del grads, tangents
+        computed = iter(call_compiled(backward, args))
         result: list[Any] = [None] * plan.num_tensor_inputs
         for pos, present in zip(plan.diff_inputs, plan.grad_present):
             if present:
