@@ -386,7 +386,7 @@ def pack(entry: Any) -> bytes:
         plan = entry.plan
         fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
         fields["fw"], fields["bw"] = _graph(plan.fw), _graph(plan.bw)
-        fields["zero_tangents"] = None  # graphs and a compiler: made again when a call needs it
+        fields["zero_tangents"] = None  # graphs and a compiler: a loaded entry has none (zeros)
         body: dict[str, Any] = {"kind": "training", "plan": fields}
     elif isinstance(entry, InferenceEntry):
         body = {"kind": "inference", "forward": _graph(entry.forward)}
