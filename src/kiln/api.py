@@ -16,7 +16,10 @@ from typing import Any, Callable
 import torch
 
 from . import logs
-from .backends import builtin  # noqa: F401  (registers eager / aot_eager / inductor)
+from .backends import (
+    builtin,  # noqa: F401  (registers eager / aot_eager / inductor)
+    ddp_split,
+)
 from .backends.registry import known_backend_names, lookup_backend
 from .capture import data_parallel, frontend
 from .capture.bytecode import UNSUPPORTED as UNSUPPORTED_PYTHON
@@ -66,7 +69,8 @@ def _compile_one(model: Callable, opts: Options, disable: bool):
             f"kiln.compile: {getattr(model, '__qualname__', model)!r} is async; kiln compiles "
             "synchronous code only. Compile the synchronous functions it calls instead."
         )
-    backend = Backend.bind(opts.backend, lookup_backend(opts.backend))
+    # a graph captured inside a DDP forward is split at its bucket boundaries (ddp_split.py)
+    backend = ddp_split.ddp_aware(Backend.bind(opts.backend, lookup_backend(opts.backend)))
     if isinstance(model, torch.nn.Module):
         if data_parallel.is_data_parallel(model):
             return _data_parallel_module(model, opts, backend)

@@ -4,7 +4,9 @@ Takes nothing; gives two frozen types. Capture hands every graph it captures to 
 `kiln.compile` bound (`Backend`), together with one `CaptureInfo` of facts about that graph that
 only capture knows. A backend that wants them says so with `takes_capture_info = True` (kiln's
 own do) and is called as `backend(gm, example_inputs, info=CaptureInfo(...))`; any other
-callable gets torch.compile's contract, `backend(gm, example_inputs)`.
+callable gets torch.compile's contract, `backend(gm, example_inputs)`. What a backend returns
+may carry `explain_notes` (a tuple of lines): how it ran the graph when that differs from one
+compiled graph (backends/ddp_split.py's pieces); `kiln.explain` prints them as `split:` lines.
 
 Why it exists: capture imports no backend and no backend imports capture; what one stage tells
 the next travels in a documented value, not in `gm.meta` keys (STYLE.md item 11).

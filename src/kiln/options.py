@@ -34,6 +34,8 @@ MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagrap
 #   debug.verify_ir, debug.fuel  the scheduler's IR verifier and fusion fuel (codegen stages)
 #   compile.async            compile in a background thread, calls run eagerly until it is done
 #                            (backends/builtin.py -> runtime/async_compile.py)
+#   optimize_ddp             a graph captured inside a DistributedDataParallel forward is split
+#                            at DDP's bucket boundaries (backends/ddp_split.py); False: one graph
 #   enable_shape_handling, shape_handling_configs  pad inputs up to a few sizes ("gears") and
 #                            slice outputs back (runtime/shape_handling.py, applied by api.py
 #                            around the compiled callable; configs are validated there)
@@ -61,6 +63,7 @@ KNOWN_OPTIONS: dict[str, tuple[Any, type | tuple[type, ...]]] = {
     # eager and is recorded as a fallback with its reason. kiln.reset() drops queued compiles.
     # Off by default: the first calls are then slower (eager) but no call ever waits.
     "compile.async": (False, bool),
+    "optimize_ddp": (True, bool),
     "enable_shape_handling": (False, bool),
     "shape_handling_configs": (None, (list, tuple, type(None))),
 }

@@ -18,10 +18,9 @@ computation a graph can record, and all of it must happen on every call exactly 
 so kiln runs that bookkeeping in plain Python and compiles what it wraps. Gradient
 communication is untouched: DDP's reducer hooks sit on the parameters' gradient accumulators,
 which the compiled backward feeds as eager's would, and the reducer all-reduces its buckets as
-they fill. What this gives up, for now: kiln's backward of one graph hands all parameter
-gradients back at its end, so buckets fill at the end of the backward instead of during it
-(no overlap of all-reduce with backward compute); splitting the graph at bucket boundaries
-(what torch.compile's DDPOptimizer does) is the next step.
+they fill. So that they fill during the backward and not at its end, a graph captured inside
+DDP's forward is split at DDP's bucket boundaries, one compiled piece (one autograd node) per
+bucket (backends/ddp_split.py, applied by the backend kiln.compile binds).
 
 DDP's options keep their eager meaning because their code runs eagerly:
 * `find_unused_parameters=True`: `prepare_for_backward` walks from the outputs through kiln's
@@ -47,8 +46,8 @@ SPLIT_NOTE = (
     "DistributedDataParallel.forward runs eagerly around its compiled module {inner}: DDP's "
     "bookkeeping (buffer broadcast, reducer statistics, prepare_for_backward) is not "
     "tensor computation; gradients reach DDP's reducer hooks from the compiled backward and "
-    "are all-reduced bucket by bucket as in eager (buckets fill when the graph's backward "
-    "ends: no overlap with backward compute yet)"
+    "are all-reduced bucket by bucket as in eager (the graph is split at DDP's bucket "
+    "boundaries so they overlap the backward's compute)"
 )
 SPLIT_HINT = "expected: DDP's communication runs as in eager, the model itself is compiled"
 

@@ -79,6 +79,7 @@ def report(cf) -> ExplainOutput:
     for nested in cf.nested:  # modules compiled apart (a DDP module's), with their graphs
         units += [nested, *nested.continuations.values()]
         out.breaks += [b for b in dict.fromkeys(nested.breaks) if b not in out.breaks]
+        out.splits += [s for s in dict.fromkeys(nested.splits) if s not in out.splits]
     for unit in units:
         out.graphs += unit.graph_modules
         out.graph_labels += [unit.label] * len(unit.graph_modules)

@@ -386,6 +386,8 @@ class CompiledFunction:
                 raise TypeError(
                     f"backend {self.backend.name!r} returned {compiled!r}, which is not callable"
                 )
+            # a backend may say how it ran the graph (split at DDP's buckets): kiln.explain
+            getattr(self, "root_cf", self).splits.extend(getattr(compiled, "explain_notes", ()))
             compiled = _first_call(compiled, gm)
             namer.bind("___graph", compiled)
         if tracer.dyn is not None:
