@@ -20,6 +20,7 @@ overlap are "n/a". `--tiny` shrinks everything for a CPU smoke test.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -169,7 +170,8 @@ def wrap(model, args, blocks_of, device):
         sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
         import kiln
 
-        compile_fn = kiln.compile
+        opts = {"optimize_ddp": False} if args.no_optimize_ddp else None
+        compile_fn = functools.partial(kiln.compile, options=opts)
     elif args.compiler == "torch":
         compile_fn = torch.compile
     else:
@@ -201,6 +203,11 @@ def main(argv=None) -> int:
     p.add_argument("--seq", type=int, default=None, help="tokens (default 1024; tiny: 64)")
     p.add_argument("--tiny", action="store_true", help="a small model, for a CPU smoke test")
     p.add_argument("--trace-dir", default=None, help="save each rank's profiler trace here")
+    p.add_argument(
+        "--no-optimize-ddp",
+        action="store_true",
+        help="kiln: one graph, not split at DDP's bucket boundaries (options optimize_ddp=False)",
+    )
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     batch = args.batch or (2 if args.tiny else 8)
@@ -246,13 +253,18 @@ def main(argv=None) -> int:
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    losses, times = [], []
+    losses, times, issue = [], [], []
+    counts_after_first = None
     for i in range(args.steps):
         sync()
         t0 = time.perf_counter()
         losses.append(step(data[i]))
+        issue.append(time.perf_counter() - t0)  # the CPU's part: until step() returned
         sync()
         times.append(time.perf_counter() - t0)
+        if i == 0 and args.compiler == "kiln":
+            counts_after_first = _kiln_counts(train_model, model, blocks_of, args.wrap)
+    syncs = _sync_points(step, data[args.steps - 1]) if cuda else "n/a"
     overlap: dict | str = "n/a"
     if cuda and args.profile_steps > 0:
         from torch.profiler import ProfilerActivity, profile
@@ -289,6 +301,11 @@ def main(argv=None) -> int:
         "losses": curve,
         "step_ms_median": round(step_s * 1e3, 3),
         "step_ms": [round(t * 1e3, 3) for t in times],
+        # median over the timed steps of the time until step() returned, before the sync: close
+        # to step_ms_median means the CPU (Python, hooks, launches) is what the step waits for
+        "cpu_issue_ms_median": round(statistics.median(issue[args.warmup :] or issue) * 1e3, 3),
+        # CPU-GPU synchronisations of one step (torch.cuda.set_sync_debug_mode), by source line
+        "sync_points": syncs,
         "first_step_s": round(times[0], 3),
         "tokens_per_s_per_gpu": round(batch * seq / step_s, 1),
         "peak_mem_gib_per_gpu": [
@@ -299,6 +316,13 @@ def main(argv=None) -> int:
     }
     if args.compiler == "kiln":
         result["kiln"] = _kiln_summary(train_model, model, blocks_of, args.wrap)
+        result["kiln"]["optimize_ddp"] = not args.no_optimize_ddp
+        after = _kiln_counts(train_model, model, blocks_of, args.wrap)
+        # what kiln did after the first step: captures (recompiles) and fallbacks should be 0
+        result["kiln"]["after_first_step"] = {
+            k: after[k] - counts_after_first[k] for k in ("captures", "fallbacks")
+        }
+        result["kiln"]["fallback_reasons"] = after["fallback_reasons"]
     if rank == 0:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
@@ -307,6 +331,52 @@ def main(argv=None) -> int:
     dist.destroy_process_group()
     ok = all(math.isfinite(x) for x in curve)
     return 0 if ok else 1
+
+
+def _sync_points(step, tokens) -> dict:
+    """One more step under torch.cuda.set_sync_debug_mode("warn"): every operation that makes
+    the CPU wait for the GPU warns; counted by the source line that called it."""
+    import collections
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step(tokens)
+            torch.cuda.synchronize()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    where = collections.Counter(
+        f"{os.path.relpath(w.filename)}:{w.lineno}"
+        for w in caught
+        if "synchroniz" in str(w.message).lower()
+    )
+    return dict(where.most_common())
+
+
+def _compiled_units(train_model, model, blocks_of, wrap_kind) -> list:
+    if wrap_kind == "ddp":
+        roots = [train_model._kiln_compiled]
+    else:
+        roots = [b._kiln_compiled for b in blocks_of(model) if hasattr(b, "_kiln_compiled")]
+    units = []
+    for cf in roots:
+        for c in (cf, *cf.nested):
+            units += [c, *c.continuations.values()]
+    return units
+
+
+def _kiln_counts(train_model, model, blocks_of, wrap_kind) -> dict:
+    """Captures (first compiles and recompiles) of every compiled unit, and fallbacks so far."""
+    from kiln.backends.builtin import fallbacks
+
+    units = _compiled_units(train_model, model, blocks_of, wrap_kind)
+    return {
+        "captures": sum(u.compiles for u in units),
+        "fallbacks": len(fallbacks()),
+        "fallback_reasons": sorted({str(f).splitlines()[0] for f in fallbacks()}),
+    }
 
 
 def _kiln_summary(train_model, model, blocks_of, wrap_kind) -> dict:

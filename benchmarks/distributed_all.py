@@ -67,17 +67,38 @@ def _overlap(result) -> str:
     return ", ".join(parts) or "no comm kernels"
 
 
+def _notes(r: dict) -> str:
+    """kiln's counts (graphs, DDP pieces, captures and fallbacks after the first step) and the
+    CPU-GPU synchronisations of one step."""
+    notes = []
+    k = r.get("kiln")
+    if k:
+        notes.append(f"kiln graphs {k['graphs']}, breaks {len(k['graph_breaks'])}")
+        pieces = [s.split(" into ")[1].split(" pieces")[0] for s in k["splits"] if " into " in s]
+        if pieces:
+            notes.append(f"DDP pieces {'/'.join(pieces)}")
+        after = k.get("after_first_step")
+        if after:
+            notes.append(f"after step 1: captures {after['captures']}, fb {after['fallbacks']}")
+        if k["runs_eagerly"]:
+            notes.append(f"eager: {'; '.join(k['runs_eagerly'])[:120]}")
+    syncs = r.get("sync_points")
+    if isinstance(syncs, dict):
+        notes.append(f"syncs/step {sum(syncs.values())}")
+    return ", ".join(notes)
+
+
 def table(results: list[dict]) -> str:
     eager = {r["wrap"]: r for r in results if r["compiler"] == "eager" and "failed" not in r}
     rows = [
-        "| variant | step ms | tokens/s/GPU | peak GiB/GPU | comm overlapped | final loss | "
-        "max rel. loss diff vs eager | notes |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| variant | step ms | CPU ms | tokens/s/GPU | peak GiB/GPU | comm overlapped | "
+        "final loss | max rel. loss diff vs eager | notes |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         name = f"{r['compiler']} {r['wrap']}"
         if "failed" in r:
-            rows.append(f"| {name} | — | — | — | — | — | — | failed ({r['failed']}) |")
+            rows.append(f"| {name} | — | — | — | — | — | — | — | failed ({r['failed']}) |")
             continue
         ref = eager.get(r["wrap"])
         diff = "—"
@@ -85,15 +106,12 @@ def table(results: list[dict]) -> str:
             diff = f"{max(abs(a - b) / abs(b) for a, b in zip(r['losses'], ref['losses'])):.2e}"
         peak = r["peak_mem_gib_per_gpu"]
         peak_s = "n/a" if peak[0] == "n/a" else f"{max(peak):.2f}"
-        notes = ""
-        k = r.get("kiln")
-        if k:
-            notes = f"kiln graphs {k['graphs']}, breaks {len(k['graph_breaks'])}"
-            if k["runs_eagerly"]:
-                notes += f", eager: {'; '.join(k['runs_eagerly'])[:120]}"
+        notes = _notes(r)
+        cpu = r.get("cpu_issue_ms_median")
+        cpu_s = "—" if cpu is None else f"{cpu:.1f}"
         rows.append(
-            f"| {name} | {r['step_ms_median']:.1f} | {r['tokens_per_s_per_gpu']:.0f} | {peak_s} "
-            f"| {_overlap(r)} | {r['losses'][-1]:.4f} | {diff} | {notes} |"
+            f"| {name} | {r['step_ms_median']:.1f} | {cpu_s} | {r['tokens_per_s_per_gpu']:.0f} "
+            f"| {peak_s} | {_overlap(r)} | {r['losses'][-1]:.4f} | {diff} | {notes} |"
         )
     first = next((r for r in results if "failed" not in r), None)
     head = ""
