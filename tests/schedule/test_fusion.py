@@ -250,3 +250,18 @@ def test_pointwise_nodes_of_one_shape_still_share_a_kernel():
 
     s = _schedule(fn, torch.randn(2, 32, 4, 16), torch.randn(2, 32, 4, 16))
     assert len(s.kernels) == 1
+
+
+def test_work_on_inputs_alone_is_not_moved_back_across_an_extern_call():
+    # `b * 2` reads only an input; joined to the kernel of `a * 2` (same shape) it would run
+    # before the first matmul and its buffer would live across it (a conv net's weight copies
+    # stacked up that way).
+    def fn(x, a, b):
+        h = x @ (a * 2)
+        return h @ (b * 2)
+
+    x, a, b = torch.randn(32, 48), torch.randn(48, 48), torch.randn(48, 48)
+    s = _schedule(fn, x, a, b)
+    order = [type(st).__name__ for st in s.steps if isinstance(st, (Kernel, ExternCall))]
+    assert order == ["Kernel", "ExternCall", "Kernel", "ExternCall"], str(s)
+    check(fn, x, a, b)

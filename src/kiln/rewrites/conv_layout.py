@@ -7,8 +7,10 @@ channels-last already, and fake tensors are propagated again, so the convolution
 the batch norms, ReLUs and
 residual adds after it are channels-last too (eager's own memory-format rules), and the next
 convolution's input is channels-last without a copy. `layouts.py` then stores each of those
-results in that order. The weights stay as they are (oneDNN reorders them itself, at no
-measurable cost on the suite's shapes).
+results in that order. A convolution that reads a channels-last input gets a channels-last
+weight too (`_channels_last_weights`): given a contiguous weight, ATen copies it into that
+layout inside every call (a strided `copy_` per convolution, 5% of the suite's conv net on
+one thread); as a `clone` in the graph the copy is one of kiln's kernels instead.
 
 Nothing changes when a graph output would change its strides (a training forward returns its
 activations for the backward, which was traced with the old ones), nor for a graph with a
@@ -79,7 +81,7 @@ def channels_last_convolutions(gm: torch.fx.GraphModule, example_inputs: Sequenc
         return 0
     convs = [n for n in graph.nodes if _wants_channels_last(n)]
     if not convs:
-        return 0
+        return _channels_last_weights(gm, example_inputs)
     before = _output_strides(gm)
     clones = []
     for conv in convs:
@@ -98,5 +100,57 @@ def channels_last_convolutions(gm: torch.fx.GraphModule, example_inputs: Sequenc
         if _source(clone).meta["val"].is_contiguous(memory_format=_CL):
             clone.replace_all_uses_with(_source(clone))
             graph.erase_node(clone)
+    _channels_last_weights(gm, example_inputs)
+    gm.recompile()
+    return 1
+
+
+def _reads_channels_last(conv: torch.fx.Node) -> bool:
+    """A 2-D convolution whose input is channels-last and not also contiguous (where both hold,
+    as with one channel, ATen's choice of layout follows the weight: a channels-last weight
+    would change the output's strides)."""
+    if conv.target is not aten.convolution.default or (len(conv.args) > 6 and conv.args[6]):
+        return False
+    x, w = conv.args[0], conv.args[1]
+    if not (isinstance(x, torch.fx.Node) and isinstance(w, torch.fx.Node)):
+        return False
+    xv, wv = x.meta.get("val"), w.meta.get("val")
+    return (
+        isinstance(xv, torch.Tensor)
+        and isinstance(wv, torch.Tensor)
+        and xv.dim() == 4
+        and wv.dim() == 4
+        and xv.is_contiguous(memory_format=_CL)
+        and not xv.is_contiguous()
+        and not wv.is_contiguous(memory_format=_CL)
+    )
+
+
+def _channels_last_weights(gm: torch.fx.GraphModule, example_inputs: Sequence[object]) -> int:
+    """Give every convolution that reads a channels-last input a channels-last weight: one
+    `clone` per weight, before its first convolution. Undone if any convolution's output
+    strides change (they must not: the input's layout decides them). 1 if the graph changed."""
+    graph = gm.graph
+    convs = [n for n in graph.nodes if _reads_channels_last(n)]
+    if not convs:
+        return 0
+    strides = {c: tuple(c.meta["val"].stride()) for c in convs}
+    clones: dict[torch.fx.Node, torch.fx.Node] = {}
+    for conv in convs:
+        weight = conv.args[1]
+        assert isinstance(weight, torch.fx.Node)
+        if weight not in clones:
+            with graph.inserting_before(conv):
+                clones[weight] = graph.call_function(
+                    aten.clone.default, (weight,), {"memory_format": _CL}
+                )
+        conv.replace_input_with(weight, clones[weight])
+    _propagate(gm, example_inputs)
+    if any(tuple(c.meta["val"].stride()) != s for c, s in strides.items()):
+        for weight, clone in clones.items():
+            clone.replace_all_uses_with(weight)
+            graph.erase_node(clone)
+        _propagate(gm, example_inputs)
+        return 0
     gm.recompile()
     return 1

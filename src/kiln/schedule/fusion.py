@@ -282,6 +282,15 @@ def fuse(graph: LoopGraph, fuel: Fuel) -> tuple[Step, ...]:
         joined: Kernel | None = None
         for pos in _candidates(node, steps, first_ok, by_numel):
             step = steps[pos]
+            if isinstance(step, ExternCall) and first_ok < 0:
+                # A node that reads only the graph's inputs, joined to a kernel before an
+                # extern call, has its work and its buffer's life moved back across the call:
+                # a conv net's weight copies then each lived across a convolution, stacked
+                # up, and the arena (arena.py) no longer fitted under the call's peak.
+                # (the message is bound to a name first: mypy#15459, as below)
+                not_moved = lambda s=step, n=node.name: f"{n} not moved before {s.name}"
+                logs.log("schedule", not_moved)
+                break
             if pos < first_ok or not isinstance(step, Kernel):
                 continue
             kernel, why = _try_join(node, step, nodes)
