@@ -53,7 +53,7 @@ CPU = Device(
 CUDA = Device(
     name="cuda",
     tensor_type="cuda",
-    capabilities=Capabilities(dtypes=LOOP_DTYPES, indirect_loads=False),
+    capabilities=Capabilities(dtypes=LOOP_DTYPES, indirect_loads=False, symbolic_sizes=True),
     rewrites=(
         "functionalize_restrides",
         "fake_metadata",

@@ -43,7 +43,7 @@ from .. import logs, options, trace
 from ..version import __version__ as kiln_version
 from . import triton_native_launcher, triton_workers
 from .cache import open_cache
-from .triton_interpret import is_interpreting
+from .triton_interpret import is_interpreting, scalar_loop_bounds
 
 # Compile in workers when there is more than one kernel to share out (a worker is ready about
 # half a second after it starts, which overlaps lowering and scheduling).
@@ -93,6 +93,7 @@ def _import(path: str, key: str):
     spec.loader.exec_module(module)
     if is_interpreting():
         module.libdevice = _interpreter_libdevice()
+        scalar_loop_bounds()
     return module
 
 
@@ -108,7 +109,8 @@ def load(
     source: str, launches: dict | None = None, cache_dir: str | None = None, wait: bool = True
 ):
     """Import (writing it if needed) the module of `source`. `launches` maps kernel names to
-    (argument dtypes, grid, constexprs, num_warps), used to compile kernels ahead in parallel;
+    (argument dtypes, an int for a size argument; grid, constexprs, num_warps), used to
+    compile kernels ahead in parallel;
     `wait=False`: return while the workers compile them (`finish_compiles(module)` waits; the
     Triton code generator's compiled graph does at its first call)."""
     key = cache_key(source)
@@ -291,7 +293,8 @@ def warm(path: str, module, launches: dict) -> Callable[[], None] | None:
             "path": path,
             "kernel": name,
             "specialization": specs.get(name),
-            "dtypes": [str(d).replace("torch.", "") for d in dts],
+            # (an int is a size argument's value, passed as it is)
+            "dtypes": [d if isinstance(d, int) else str(d).replace("torch.", "") for d in dts],
             "grid": list(grid),
             "constexprs": consts,
             "num_warps": warps,

@@ -5,6 +5,10 @@ table uses (`expm1`, `atan2`, `lgamma`, `nearbyint`, ...). Each applies the NumP
 function to the interpreter's block data and wraps the result as a Triton tensor of the
 argument's element type, broadcasting as Triton would.
 
+`scalar_loop_bounds()` fixes one interpreter quirk: a kernel's integer argument is a one-element
+array there, and `range(0, s0, RBLOCK)` (a loop over a row whose length is a size argument)
+asks NumPy 2 for `int()` of it, which NumPy refuses for arrays that are not 0-dimensional.
+
 Why it exists: Triton's interpreter runs `tl.*` on NumPy but leaves `libdevice` calls (extern
 functions) unimplemented. The builder swaps this namespace in for the generated module's
 `libdevice` global only when interpreting, so the kernel source is the same one the GPU
@@ -85,6 +89,28 @@ def make_libdevice() -> SimpleNamespace:
     )
 
     return libdevice
+
+
+_FIXED: list = []
+
+
+def scalar_loop_bounds() -> None:
+    """Let the interpreter's scalars be loop bounds (module doc); once a process. Triton
+    patches its tensor type per kernel run (`_patch_lang_tensor`); this wraps that patch."""
+    if _FIXED:
+        return
+    _FIXED.append(True)
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None:  # another Triton: nothing to fix, or nothing known to fix it
+        return
+
+    def patch(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = patch
 
 
 def is_interpreting() -> bool:

@@ -23,10 +23,13 @@ launch, and the grid's entry becomes the native `BoundLaunch`, so the wrapper's
 and launches, with no Python frame (ResNet-50: 50 launches a call at 7.6 us each through
 `_Launch.__call__` before). It hands every case it does not take to the `_Launch` below.
 
-A compiled kernel is specialized on which pointer arguments are 16-byte aligned; a later launch
-whose arguments differ there (a view at an odd offset) takes Triton's own path, which picks or
-compiles the matching variant. While a launch hook is set (profilers add them to
-`knobs.runtime.launch_enter_hook`), launches take Triton's path, so the hooks see every launch.
+A compiled kernel is specialized on which pointer arguments are 16-byte aligned, and on which
+integer arguments (the size arguments of a kernel compiled for symbolic sizes) are 1 or
+divisible by 16; a later launch whose arguments differ there (a view at an odd offset, a length
+not divisible by 16) takes Triton's own path, which picks or compiles the matching variant. A
+kernel with size arguments launches through `CompiledKernel.run`, not the raw launcher. While a
+launch hook is set (profilers add them to `knobs.runtime.launch_enter_hook`), launches take
+Triton's path, so the hooks see every launch.
 """
 
 from __future__ import annotations
@@ -44,7 +47,17 @@ _stream_of = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent in C
 
 
 def _aligned(args) -> tuple:
-    return tuple(a.data_ptr() % 16 == 0 if isinstance(a, torch.Tensor) else a for a in args)
+    """What Triton specializes a launch on: pointers 16-byte aligned, integer arguments (kiln's
+    size arguments) equal to 1, divisible by 16, or past 32 bits. Launches that agree here run
+    the same compiled kernel, whatever the sizes."""
+    return tuple(
+        a.data_ptr() % 16 == 0
+        if isinstance(a, torch.Tensor)
+        else (a == 1, a % 16 == 0, not -(2**31) <= a < 2**31)
+        if type(a) is int
+        else a
+        for a in args
+    )
 
 
 class _Launch:

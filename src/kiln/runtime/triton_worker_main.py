@@ -214,7 +214,7 @@ def _build_launcher_meanwhile(src):
 def _compile_warmup(fn, job: dict) -> None:
     import torch
 
-    dtypes = [getattr(torch, d) for d in job["dtypes"]]
+    dtypes = [d if isinstance(d, int) else getattr(torch, d) for d in job["dtypes"]]
     fn.warmup(*dtypes, grid=tuple(job["grid"]), num_warps=job["num_warps"], **job["constexprs"])
 
 

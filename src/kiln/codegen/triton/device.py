@@ -17,6 +17,7 @@ import torch
 
 from ...devices import Loadable, accelerator_of
 from ...lower.ir import LoopGraph
+from ...lower.symbolic import hint, using_hints
 from ...runtime.triton_builder import TritonNotFound, prestart, require_triton
 from ...runtime.triton_interpret import is_interpreting
 from ..bindings import op_names
@@ -88,17 +89,24 @@ def _launches(module: TritonModule, graph: LoopGraph) -> dict:
 
     # split reductions' scratch buffers (split.py), read by their `_sum` kernels too
     scratch = {name: dt for k in module.kernels for name, _, dt in k.workspaces}
+    symbols = {str(s): s for s in graph.hints}
     out, seen = {}, set()
-    for k in module.kernels:
-        k: TritonKernel
-        dts = [scratch[p] if p in scratch else dtype(p) for p in k.params]
-        p = k.plan
-        # a kernel with the code of an earlier one compiles to the same binary when launched
-        # with the same argument types and options: that binary is compiled once
-        variant = (module.same_as.get(k.name, k.name), tuple(dts), repr(p.constexprs), p.num_warps)
-        if variant not in seen:
-            seen.add(variant)
-            out[k.name] = (dts, p.grid, p.constexprs, p.num_warps)
+    with using_hints(graph.hints):
+        for k in module.kernels:
+            k: TritonKernel
+            dts = [scratch[p] if p in scratch else dtype(p) for p in k.params]
+            # size arguments at their hints: the parallel compile builds the kernel Triton
+            # specializes for the sizes first seen (int arguments divisible by 16, or 1)
+            dts += [hint(symbols.get(name, name)) for name in k.sizes]
+            p = k.plan
+            # a kernel with the code of an earlier one compiles to the same binary when launched
+            # with the same argument types and options: that binary is compiled once
+            key = module.same_as.get(k.name, k.name)
+            variant = (key, tuple(map(str, dts)), repr(p.constexprs), p.num_warps)
+            if variant not in seen:
+                seen.add(variant)
+                grid = tuple(hint(g) for g in p.grid)
+                out[k.name] = (dts, grid, p.constexprs, p.num_warps)
     return out
 
 

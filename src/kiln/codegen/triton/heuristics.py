@@ -14,6 +14,15 @@ Takes a `Kernel` from the scheduler and the graph's nodes; gives a `Plan`:
 Block sizes and `num_warps` are simple rules by size and kind (no autotuning yet), chosen so a
 memory-bound kernel moves 4 KiB-16 KiB per program.
 
+Symbolic sizes (lower/symbolic.py): a plan's `xnumel`/`rnumel`/`ynumel` may be size expressions
+(the kernel computes them from its size arguments; `grid` is then an expression the wrapper
+evaluates per call), and every choice above is made from the size hints (the sizes first
+seen), which only costs speed when wrong. What correctness depends on stays static: tiles only
+where the grid's y extent is static (its limit is 65535), split reductions only over static
+sizes; a persistent kernel over a symbolic row length is correct only while the row fits its
+block, so the renderer pairs it with a looped kernel the wrapper launches past that
+(`looped_plan`, renderer.py).
+
 Why it exists: one place to tune; the renderer only prints what the plan says.
 """
 
@@ -21,8 +30,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...lower.indexing import index_vars, memory_steps, reduce_vars
+import sympy
+
+from ...lower.indexing import FloorDiv, index_vars, memory_steps, reduce_vars
 from ...lower.ir import Pointwise, Reduction, loads
+from ...lower.symbolic import hint, is_symbolic
 from ...schedule import Kernel
 from ...schedule.fusion import transposed_read
 
@@ -56,12 +68,19 @@ SPLIT_TARGET_PROGRAMS = 2048
 SPLIT_RBLOCK = 64
 
 
+def cdiv(a, b: int):
+    """ceil(a / b) of an int, or of a size expression (evaluated per call)."""
+    if isinstance(a, int):
+        return -(-a // b)
+    return FloorDiv(a + (b - 1), b)
+
+
 @dataclass(frozen=True)
 class Plan:
     kind: str  # "flat" | "tiled" | "persistent" | "looped"
-    xnumel: int
-    rnumel: int = 1
-    ynumel: int = 1
+    xnumel: int | sympy.Expr  # an expression where sizes are symbolic (module doc)
+    rnumel: int | sympy.Expr = 1
+    ynumel: int | sympy.Expr = 1
     XBLOCK: int = 1
     RBLOCK: int = 1
     YBLOCK: int = 1
@@ -71,10 +90,10 @@ class Plan:
     rchunk: int = 0
 
     @property
-    def grid(self) -> tuple[int, ...]:
-        gx = -(-self.xnumel // self.XBLOCK)
+    def grid(self) -> tuple:
+        gx = cdiv(self.xnumel, self.XBLOCK)
         if self.kind == "tiled":
-            return (gx, -(-self.ynumel // self.YBLOCK))
+            return (gx, cdiv(self.ynumel, self.YBLOCK))
         if self.split:
             return (gx, self.split)
         return (gx,)
@@ -187,6 +206,7 @@ def _split_plan(outer: int, inner: int) -> Plan | None:
 
 
 def plan(kernel: Kernel, nodes: dict) -> Plan:
+    """The kernel's plan; sizes may be symbolic (module doc: choices read hints)."""
     numel = kernel.outer * kernel.inner
     pointwise_only = all(
         isinstance(nodes[m.name], Pointwise) and not m.per_row for m in kernel.members
@@ -194,26 +214,41 @@ def plan(kernel: Kernel, nodes: dict) -> Plan:
     if pointwise_only:
         split = _tile_split(kernel, nodes)
         if split:
-            size = tuple(int(s) for s in nodes[kernel.members[0].name].size)
+            size = tuple(_static(s) for s in nodes[kernel.members[0].name].size)
             ynumel = 1
             for s in size[:split]:
                 ynumel *= s
-            xnumel = numel // ynumel
-            yb, xb = min(TILE, next_pow2(ynumel)), min(TILE, next_pow2(xnumel))
-            if -(-ynumel // yb) <= MAX_GRID_Y:
+            xnumel = numel // ynumel if isinstance(numel, int) else sympy.Mul(*size[split:])
+            yb, xb = min(TILE, next_pow2(hint(ynumel))), min(TILE, next_pow2(hint(xnumel)))
+            # (a symbolic y extent could pass the grid's limit at some size: no tiles)
+            if isinstance(ynumel, int) and -(-ynumel // yb) <= MAX_GRID_Y:
                 return Plan("tiled", xnumel, 1, ynumel, xb, 1, yb, warps_for(xb * yb), split)
-        xb = min(FLAT_XBLOCK, next_pow2(numel))
+        xb = min(FLAT_XBLOCK, next_pow2(hint(numel)))
         return Plan("flat", numel, XBLOCK=xb, num_warps=warps_for(xb))
-    inner = kernel.inner
-    if kernel.outer > 1 and inner >= OUTER_MIN_RNUMEL and _reduces_across_rows(kernel, nodes):
-        if inner >= SPLIT_MIN_RNUMEL and splittable(kernel, nodes):
-            split_plan = _split_plan(kernel.outer, inner)
+    inner, outer = kernel.inner, kernel.outer
+    if hint(outer) > 1 and hint(inner) >= OUTER_MIN_RNUMEL and _reduces_across_rows(kernel, nodes):
+        static = isinstance(inner, int) and isinstance(outer, int)
+        if static and inner >= SPLIT_MIN_RNUMEL and splittable(kernel, nodes):
+            split_plan = _split_plan(outer, inner)
             if split_plan is not None:
                 return split_plan
-        xb, rb, warps = outer_blocks(kernel.outer, inner)
-        return Plan("looped", kernel.outer, inner, 1, xb, rb, 1, warps)
-    rb = next_pow2(inner)
+        xb, rb, warps = outer_blocks(hint(outer), hint(inner))
+        return Plan("looped", outer, inner, 1, xb, rb, 1, warps)
+    rb = next_pow2(hint(inner))
     if rb <= PERSISTENT_MAX_RBLOCK:
-        xb = min(next_pow2(kernel.outer), max(1, 2048 // rb), 64)
-        return Plan("persistent", kernel.outer, inner, 1, xb, rb, 1, warps_for(xb * rb))
-    return Plan("looped", kernel.outer, inner, 1, 1, LOOPED_RBLOCK, 1, warps_for(LOOPED_RBLOCK))
+        xb = min(next_pow2(hint(outer)), max(1, 2048 // rb), 64)
+        return Plan("persistent", outer, inner, 1, xb, rb, 1, warps_for(xb * rb))
+    return Plan("looped", outer, inner, 1, 1, LOOPED_RBLOCK, 1, warps_for(LOOPED_RBLOCK))
+
+
+def looped_plan(persistent: Plan) -> Plan:
+    """The looped twin of a persistent plan over a symbolic row length (module doc): the same
+    tile of rows x RBLOCK, walked along rows of any length (a few steps for rows somewhat
+    longer than the hint, as a decode's growing attention rows are)."""
+    p = persistent
+    return Plan("looped", p.xnumel, p.rnumel, 1, p.XBLOCK, p.RBLOCK, 1, p.num_warps)
+
+
+def _static(s):
+    """A size as an int where it is one (sympy's Integer too), else the expression."""
+    return s if is_symbolic(s) else int(s)

@@ -10,6 +10,10 @@ load walks contiguously turns that into `xindex`, and a broadcast read into `xin
 Triton sees contiguous (vectorizable) accesses. Non-affine indices (a reshape of a transposed
 view) fall back to sympy substitution with `FloorDiv`/`ModularIndexing`.
 
+Symbolic sizes: sizes and strides may be size expressions (`s0`, `64*s0`); dimensions are
+merged the same way where the coefficients match as expressions, and a size the merge cannot
+prove to be 1 is kept as a digit (correct at every size, 1 included).
+
 Why it exists: the C++ renderer binds variables one scalar at a time inside loops; a Triton
 kernel computes whole blocks of indices, so it needs the index as one expression of the block.
 """
@@ -27,9 +31,12 @@ from ...lower.indexing import (
     affine_coefficients,
     delinearize,
     is_affine,
+    is_size_symbol,
     linearize,
     plain_operand,
+    symbolic_affine,
 )
+from ...lower.symbolic import hint, is_symbolic
 
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
 YINDEX = sympy.Symbol("yindex", integer=True, nonnegative=True)
@@ -42,7 +49,7 @@ Group = tuple[tuple, tuple, sympy.Symbol]
 
 def _merged(coeffs: list[int], sizes: tuple, source: sympy.Symbol) -> sympy.Expr:
     """sum(coeffs[k] * digit_k(source)), merging dims walked contiguously into one digit."""
-    sizes = tuple(int(s) for s in sizes)
+    sizes = tuple(_as_size(s) for s in sizes)
     out = sympy.Integer(0)
     inner = 1
     k = len(sizes) - 1
@@ -76,11 +83,40 @@ def bind(expr, groups: list[Group]) -> sympy.Expr:
             out = out + _merged(coeffs[k : k + len(vars_)], sizes, source)
             k += len(vars_)
         return out
+    symbolic = size_symbols(expr) or any(is_symbolic(n) for g in groups for n in g[1])
+    form = _symbolic_form(expr, allvars) if symbolic else None
+    if form is not None:  # sizes or strides are size expressions
+        coeffs, const = form
+        out = const
+        k = 0
+        for vars_, sizes, source in groups:
+            out = out + _merged(coeffs[k : k + len(vars_)], sizes, source)
+            k += len(vars_)
+        return sympy.expand(out)
     sub = {}
     for vars_, sizes, source in groups:
         if vars_:
             sub.update(zip(vars_, delinearize(source, tuple(sizes))))
     return _substituted(expr, sub)
+
+
+def _as_size(s):
+    return s if is_symbolic(s) else int(s)
+
+
+def _symbolic_form(expr, allvars) -> tuple[list, object] | None:
+    """(coefficients, constant) of `expr` in the loop variables, where they and the sizes are
+    size expressions; None when `expr` is not affine so, or uses a symbol that is not a size."""
+    if not all(is_size_symbol(s) for s in expr.free_symbols - set(allvars)):
+        return None
+    return symbolic_affine(expr, allvars)
+
+
+def size_symbols(e) -> set:
+    """The size symbols (`s0`) an expression printed into a kernel uses: its size arguments."""
+    if not isinstance(e, sympy.Basic):
+        return set()
+    return {s for s in e.free_symbols if s not in MASKS and is_size_symbol(s)}
 
 
 def _substituted(expr: sympy.Expr, sub: dict) -> sympy.Expr:
@@ -113,7 +149,7 @@ def store_index(size: tuple, groups: list[Group]) -> sympy.Expr:
     strides, acc = [], 1
     for s in reversed(size):
         strides.append(acc)
-        acc *= int(s)
+        acc *= _as_size(s)
     return bind(linearize(vars_, list(reversed(strides))), groups)
 
 
@@ -165,12 +201,16 @@ def _balanced(s: str) -> bool:
 
 
 def extent(layout) -> int:
-    """Elements a layout's storage spans (offset included): decides 32- vs 64-bit indices."""
-    if any(int(s) == 0 for s in layout.size):
+    """Elements a layout's storage spans (offset included): decides 32- vs 64-bit indices
+    (at the size hints where sizes are symbolic)."""
+    if any(hint(s) == 0 for s in layout.size):
         return 0
-    far = sum((int(s) - 1) * abs(int(st)) for s, st in zip(layout.size, layout.stride))
-    return int(layout.offset) + far + 1
+    far = sum((hint(s) - 1) * abs(hint(st)) for s, st in zip(layout.size, layout.stride))
+    return hint(layout.offset) + far + 1
 
 
-def numel(size) -> int:
+def numel(size):
+    """Elements of `size`: an int, or a size expression."""
+    if any(is_symbolic(s) for s in size):
+        return sympy.Mul(*size)
     return math.prod(int(s) for s in size)

@@ -23,6 +23,11 @@ class TritonKernel:
     # around the launch, and the kernel that adds their partials, launched right after
     workspaces: tuple = ()
     finish: TritonKernel | None = None
+    # symbolic sizes: the size symbols passed after the buffers, in order
+    sizes: tuple[str, ...] = ()
+    # a persistent reduction over a symbolic row length: the looped kernel the wrapper launches
+    # instead when a call's rows are longer than `plan.RBLOCK` (renderer.py)
+    looped: TritonKernel | None = None
 
 
 @dataclass(frozen=True)

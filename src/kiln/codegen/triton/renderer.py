@@ -16,23 +16,43 @@ to float32, computed in float32 and rounded on store (values passed between memb
 kernel stay float32 unless they are explicit conversions; see `rounded`); masks appear only on
 accesses whose block index overhangs its range.
 
+Symbolic sizes (lower/symbolic.py): a kernel whose sizes or strides are size expressions takes
+the size symbols it uses as integer arguments after its buffers (`TritonKernel.sizes`) and
+computes `xnumel`, `rnumel` and indices from them; every block whose extent is symbolic is
+masked (unless the extent is a provable multiple of the block). A persistent reduction over a
+symbolic row length gets a looped twin (`TritonKernel.looped`) that the wrapper launches when a
+call's rows are longer than the persistent block. Static kernels are rendered exactly as before.
+
 Why it exists: the renderer half of the cuda device (STYLE.md item 5); it knows Triton syntax
 and nothing about compiling or launching.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
+import sympy
 import torch
 
 from ... import trace
 from ...lower.indexing import index_vars, linearize, reduce_vars
 from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, reindex, walk
+from ...lower.symbolic import hint, is_symbolic, using_hints
 from ...schedule import Kernel, Schedule
-from .heuristics import Plan, plan
-from .indexing import RINDEX, XINDEX, YINDEX, bind, extent, mask_for, store_index, tl_str
+from .heuristics import Plan, looped_plan, plan
+from .indexing import (
+    RINDEX,
+    XINDEX,
+    YINDEX,
+    bind,
+    extent,
+    mask_for,
+    size_symbols,
+    store_index,
+    tl_str,
+)
 from .kernel import TritonKernel, TritonModule
 from .ops import (
     BITS,
@@ -63,7 +83,13 @@ class _KernelContext:
         self.workspaces: list[tuple] = []  # split reductions: (name, size, dtype) of partials
         self.masked: set = set()  # block indices whose blocks overhang their range
         self.rank = 1 if p.kind == "flat" else 2
+        self.sizes: set = set()  # size symbols the kernel's text uses (its size arguments)
         self._ids = 0
+
+    def tl(self, e) -> str:
+        """`tl_str(e)`, noting the size symbols it uses."""
+        self.sizes |= size_symbols(e)
+        return tl_str(e)
 
     def fresh(self, prefix: str = "tmp") -> str:
         self._ids += 1
@@ -110,7 +136,7 @@ class _KernelContext:
             elif isinstance(e, IndexValue):
                 idx = bind(e.expr, groups)
                 if idx.free_symbols:
-                    names[e] = self.assign(f"({tl_str(idx)}).to({compute_tl(e.dtype)})")
+                    names[e] = self.assign(f"({self.tl(idx)}).to({compute_tl(e.dtype)})")
                 else:
                     names[e] = self.assign(self.full(int(idx), e.dtype))
             else:
@@ -153,7 +179,7 @@ class _KernelContext:
         pos = bind(linearize(ld.index, lay.stride), groups)
         mask = mask_for(pos, self.masked)
         extra = f", mask={mask}, other=0" if mask else ""
-        text = f"tl.load({self.param(ld.buf)} + ({tl_str(pos)}){extra})"
+        text = f"tl.load({self.param(ld.buf)} + ({self.tl(pos)}){extra})"
         if lay.dtype in HALF_TYPES:
             text += ".to(tl.float32)"
         return self.assign(text)
@@ -178,7 +204,7 @@ class _KernelContext:
         extra = f", mask={mask}" if mask else ""
         ptr = self.param(node.name, True)
         # a single element still needs a block pointer when its value is a block
-        where = tl_str(pos) if pos.free_symbols else f"{tl_str(pos)} + 0*xindex"
+        where = self.tl(pos) if pos.free_symbols else f"{self.tl(pos)} + 0*xindex"
         self.line(f"tl.store({ptr} + ({where}), {store_cast(node.dtype).format(var)}{extra})")
 
 
@@ -272,11 +298,11 @@ def _reduce_looped(ctx: _KernelContext, member) -> str:
 
 def _loop_head(ctx: _KernelContext) -> None:
     p = ctx.plan
-    ctx.line(f"for roffset in range(0, {p.rchunk if p.split else p.rnumel}, RBLOCK):")
+    ctx.line(f"for roffset in range(0, {ctx.tl(p.rchunk if p.split else p.rnumel)}, RBLOCK):")
     ctx.indent += "    "
     ctx.line("rindex = rstart + roffset + rbase" if p.split else "rindex = roffset + rbase")
     if RINDEX in ctx.masked:
-        ctx.line(f"rmask = rindex < {ctx.plan.rnumel}")
+        ctx.line(f"rmask = rindex < {ctx.tl(ctx.plan.rnumel)}")
 
 
 def _loop_tail(ctx: _KernelContext, saved: dict) -> None:
@@ -301,15 +327,18 @@ def _header(ctx: _KernelContext, wide: bool) -> list[str]:
     p = ctx.plan
     pid = "tl.program_id({})" + (".to(tl.int64)" if wide else "")
     out = []
+    for n in (p.xnumel, p.ynumel, p.rnumel):
+        ctx.sizes |= size_symbols(n)
     if p.kind == "flat":
-        out += [f"xnumel = {p.xnumel}", f"xindex = {pid.format(0)} * XBLOCK + tl.arange(0, XBLOCK)"]
+        xindex = f"xindex = {pid.format(0)} * XBLOCK + tl.arange(0, XBLOCK)"
+        out += [f"xnumel = {tl_str(p.xnumel)}", xindex]
         if XINDEX in ctx.masked:
             out.append("xmask = xindex < xnumel")
         return out
     if p.kind == "tiled":
         out += [
-            f"ynumel = {p.ynumel}",
-            f"xnumel = {p.xnumel}",
+            f"ynumel = {tl_str(p.ynumel)}",
+            f"xnumel = {tl_str(p.xnumel)}",
             f"yindex = {pid.format(1)} * YBLOCK + tl.arange(0, YBLOCK)[:, None]",
             f"xindex = {pid.format(0)} * XBLOCK + tl.arange(0, XBLOCK)[None, :]",
         ]
@@ -317,13 +346,13 @@ def _header(ctx: _KernelContext, wide: bool) -> list[str]:
         out += ["xmask = xindex < xnumel"] if XINDEX in ctx.masked else []
         return out
     out += [
-        f"xnumel = {p.xnumel}",
+        f"xnumel = {tl_str(p.xnumel)}",
         f"xindex = {pid.format(0)} * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
     ]
     out += ["xmask = xindex < xnumel"] if XINDEX in ctx.masked else []
     if p.kind == "persistent":
         out.append("rindex = tl.arange(0, RBLOCK)[None, :]")
-        out += [f"rmask = rindex < {p.rnumel}"] if RINDEX in ctx.masked else []
+        out += [f"rmask = rindex < {tl_str(p.rnumel)}"] if RINDEX in ctx.masked else []
     else:
         out.append("rbase = tl.arange(0, RBLOCK)[None, :]")
         if p.split:  # this program's chunk of the rows (split.py)
@@ -331,13 +360,23 @@ def _header(ctx: _KernelContext, wide: bool) -> list[str]:
     return out
 
 
+def _overhangs(n, block: int) -> bool:
+    """Does the last block of `block` over `n` elements overhang? A size expression does
+    unless it is a multiple of `block` for every value of its symbols (`64*s0` of 32)."""
+    if is_symbolic(n):
+        return block != 1 and sympy.Mod(n, block) != 0
+    return bool(n % block)
+
+
 def _masked_blocks(p: Plan) -> set:
     out = set()
-    if p.xnumel % p.XBLOCK:
+    if _overhangs(p.xnumel, p.XBLOCK):
         out.add(XINDEX)
-    if p.kind == "tiled" and p.ynumel % p.YBLOCK:
+    if p.kind == "tiled" and _overhangs(p.ynumel, p.YBLOCK):
         out.add(YINDEX)
-    if p.kind in ("persistent", "looped") and (p.rnumel % p.RBLOCK or p.rnumel == 0):
+    # a symbolic row length may be 0 (or shorter than a block) at some call: always masked
+    rows = p.kind in ("persistent", "looped")
+    if rows and (is_symbolic(p.rnumel) or p.rnumel % p.RBLOCK or p.rnumel == 0):
         out.add(RINDEX)
     if p.split and p.split * p.rchunk != p.rnumel:  # the last chunk overhangs
         out.add(RINDEX)
@@ -347,7 +386,7 @@ def _masked_blocks(p: Plan) -> set:
 def _wide(kernel: Kernel, nodes: dict, names) -> bool:
     """64-bit indices when some buffer this kernel touches spans 2**31 elements or more."""
     limit = 2**31 - 1
-    return kernel.outer * kernel.inner >= limit or any(
+    return hint(kernel.outer * kernel.inner) >= limit or any(
         extent(nodes[n].layout) >= limit for n in names
     )
 
@@ -358,8 +397,10 @@ def _is_conversion(body) -> bool:
     return isinstance(body, (Load, Const))
 
 
-def render_kernel(kernel: Kernel, nodes: dict, emulate_casts: bool = False) -> TritonKernel:
-    p = plan(kernel, nodes)
+def render_kernel(
+    kernel: Kernel, nodes: dict, emulate_casts: bool = False, p: Plan | None = None
+) -> TritonKernel:
+    p = p if p is not None else plan(kernel, nodes)
     ctx = _KernelContext(kernel, nodes, p, emulate_casts)
     ctx.masked = _masked_blocks(p)
     members = list(kernel.members)
@@ -385,18 +426,30 @@ def render_kernel(kernel: Kernel, nodes: dict, emulate_casts: bool = False) -> T
     params = tuple(ctx.params)
     wide = _wide(kernel, nodes, [x for x in params if x in nodes])
     consts = ", ".join(f"{k}: tl.constexpr" for k in p.constexprs)
-    lines = ["@triton.jit", f"def {kernel.name}({', '.join(params)}, {consts}):"]
-    lines += ["    " + h for h in _header(ctx, wide)]
-    lines += ctx.lines
+    header = ["    " + h for h in _header(ctx, wide)]
+    sizes = tuple(sorted(map(str, ctx.sizes), key=_symbol_order))
+    args = ", ".join(params + sizes)
+    lines = ["@triton.jit", f"def {kernel.name}({args}, {consts}):", *header, *ctx.lines]
     source = "\n".join(lines)
     if not p.split:
-        return TritonKernel(kernel.name, params, p, source)
+        looped = None
+        if p.kind == "persistent" and is_symbolic(p.rnumel):
+            # correct only while a row fits RBLOCK: longer rows take a looped twin
+            twin = dataclasses.replace(kernel, name=kernel.name + "_looped")
+            looped = render_kernel(twin, nodes, emulate_casts, looped_plan(p))
+        return TritonKernel(kernel.name, params, p, source, sizes=sizes, looped=looped)
     finish = render_finish(kernel.name, ctx.workspaces, nodes, p)
     return TritonKernel(kernel.name, params, p, source, tuple(ctx.workspaces), finish)
 
 
+def _symbol_order(name: str) -> tuple:
+    return (len(name), name)  # s2 before s10
+
+
 def _writes_nothing(kernel: Kernel, nodes: dict) -> bool:
-    return all(any(int(d) == 0 for d in nodes[m.name].size) for m in kernel.members)
+    return all(
+        any(not is_symbolic(d) and int(d) == 0 for d in nodes[m.name].size) for m in kernel.members
+    )
 
 
 @trace.timed("render")
@@ -406,14 +459,15 @@ def render_module(
     """All kernels of `sched`; `emulate_casts`: round half-typed intermediates like eager;
     `interpret`: for Triton's interpreter (see ops.prelude)."""
     nodes = sched.graph.node_map()
-    kernels = tuple(
-        part
-        for k in sched.kernels
-        if not _writes_nothing(k, nodes)
-        for main in [render_kernel(k, nodes, emulate_casts)]
-        for part in (main, main.finish)
-        if part is not None
-    )
+    with using_hints(sched.graph.hints):  # plans of symbolic sizes are made for the hints
+        kernels = tuple(
+            part
+            for k in sched.kernels
+            if not _writes_nothing(k, nodes)
+            for main in [render_kernel(k, nodes, emulate_casts)]
+            for part in (main, main.finish, main.looped)
+            if part is not None
+        )
     first: dict[str, TritonKernel] = {}
     same_as: dict[str, str] = {}
     parts = []
@@ -432,6 +486,7 @@ def _canonical(kernel: TritonKernel) -> str:
     """The kernel's code with its name and parameters named by position. The layers of a
     transformer or the blocks of a ResNet stage give kernels that differ only there; each is
     defined and compiled once (GPT-2's 54 kernels a forward are a handful of distinct ones)."""
-    names = {kernel.name: "K", **{p: f"p{i}" for i, p in enumerate(kernel.params)}}
+    args = kernel.params + kernel.sizes
+    names = {kernel.name: "K", **{p: f"p{i}" for i, p in enumerate(args)}}
     pattern = r"\b(" + "|".join(re.escape(n) for n in names) + r")\b"
     return re.sub(pattern, lambda m: names[m.group(0)], kernel.source)

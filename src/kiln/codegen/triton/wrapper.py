@@ -14,6 +14,13 @@ steps in order; what differs is the small part that is Triton's:
 * the body runs under `_device_guard(device)`, which selects the inputs' GPU when it is not the
   current one (Triton launches on the current device).
 
+Symbolic sizes: as the C++ wrapper, the program binds the size symbols from the call's
+arguments (`bind_sizes`) and allocates by expression; a launch's grid is an expression over
+them, evaluated per call, and the kernel takes the symbols it uses after its buffers
+(`kernel0[((8*s0 + 1023)//1024,)](arg0, buf1, s0, XBLOCK=1024, num_warps=4)`). A persistent
+reduction over a symbolic row length is launched when the call's rows fit its block, its looped
+twin otherwise (`if s0 <= 1024: ... else: ...`).
+
 Why it exists: the whole compiled graph stays readable as code, as DESIGN.md §2 asks.
 """
 
@@ -29,9 +36,11 @@ from ..wrapper import (
     _extern_name,
     _extern_outputs,
     _tuple,
+    bind_sizes,
     boxed_header,
     indexed_by_layout,
     input_checks,
+    py_expr,
 )
 from .renderer import TritonKernel
 
@@ -49,11 +58,16 @@ def _scalars_for_externs(inputs, nodes: dict, read_by_kernel: set) -> frozenset:
 
 def _launch(kernel: TritonKernel, members: str) -> list[str]:
     """The launch of `kernel`; a split reduction's also allocates its partials' scratch
-    buffers, launches the kernel that adds them, and frees them (split.py)."""
+    buffers, launches the kernel that adds them, and frees them (split.py); a persistent one
+    with a looped twin launches the twin for rows longer than its block."""
     p = kernel.plan
     consts = "".join(f", {k}={v}" for k, v in p.constexprs.items())
-    args = ", ".join(kernel.params)
+    args = ", ".join(kernel.params + kernel.sizes)
     launch = f"{kernel.name}[{_tuple(p.grid)}]({args}{consts}, num_warps={p.num_warps})"
+    if kernel.looped is not None:
+        fits = f"{py_expr(p.rnumel)} <= {p.RBLOCK}"
+        longer = _launch(kernel.looped, members + " (rows longer than the block)")
+        return [f"if {fits}: {launch}  # {members}", *[f"else: {line}" for line in longer]]
     if kernel.finish is None:
         return [f"{launch}  # {members}"]
     lines = [
@@ -72,7 +86,9 @@ def render_wrapper(
     graph = sched.graph
     nodes = graph.node_map()
     read_by_kernel = indexed_by_layout(sched, nodes, (k.params for k in kernels.values()))
-    lines = boxed_header(graph.inputs) + ["    device = _default_device"]
+    lines = boxed_header(graph.args) + ["    device = _default_device"]
+    if graph.symbolic:
+        lines += bind_sizes(graph, nodes)
     host = _scalars_for_externs(graph.inputs, nodes, read_by_kernel)
     lines += input_checks(graph.inputs, nodes, checked, device=True, host=host)
     lines.append("    with _device_guard(device):")
@@ -105,7 +121,7 @@ def render_wrapper(
         elif isinstance(step, Free):
             if step.name not in kept:
                 body.append(f"del {step.name}")
-    outs = [o if isinstance(o, str) else repr(o) for o in graph.outputs]
+    outs = [o if isinstance(o, str) else _arg(o) for o in graph.outputs]
     body.append(f"return ({''.join(o + ', ' for o in outs)})")
     lines.extend("        " + b for b in body)
     return WrapperProgram("\n".join(lines) + "\n", externs)
