@@ -90,10 +90,15 @@ def _launches(module: TritonModule, graph: LoopGraph) -> dict:
     # split reductions' scratch buffers (split.py), read by their `_sum` kernels too
     scratch = {name: dt for k in module.kernels for name, _, dt in k.workspaces}
     symbols = {str(s): s for s in graph.hints}
+    # looped twins run only for rows longer than the sizes first seen: compiled at their first
+    # launch, if one comes, not ahead with the rest
+    twins = {k.looped.name for k in module.kernels if k.looped is not None}
     out, seen = {}, set()
     with using_hints(graph.hints):
         for k in module.kernels:
             k: TritonKernel
+            if k.name in twins:
+                continue
             dts = [scratch[p] if p in scratch else dtype(p) for p in k.params]
             # size arguments at their hints: the parallel compile builds the kernel Triton
             # specializes for the sizes first seen (int arguments divisible by 16, or 1)
