@@ -242,3 +242,20 @@ def test_kiln_compile_dynamic_builds_once_for_every_batch_size():
         if before is None:
             before = _builds()  # the forward and backward of the first size
     assert _builds() == before, "one build serves every later size"
+
+
+def test_sizes_past_32_bit_indices_stop_with_the_reason(monkeypatch):
+    """Kernels index with 32 bits when the sizes first seen allow it; a later call whose sizes
+    would overflow them stops with the reason and the fix (the limit lowered here to 1000
+    elements, as a test cannot allocate 2**31)."""
+    from kiln.codegen.triton import load
+
+    monkeypatch.setattr(load, "INDEX_LIMIT", 1000)
+
+    def f(x):
+        return x * 2 + 1
+
+    compiled = _compile(f, (torch.randn(5, 7),))
+    _compare(compiled, f, (torch.randn(100, 7),))
+    with pytest.raises(RuntimeError, match="32-bit indices"):
+        compiled(torch.randn(200, 7))

@@ -209,6 +209,16 @@ def extent(layout) -> int:
     return hint(layout.offset) + far + 1
 
 
+def symbolic_extent(layout):
+    """The elements a layout with symbolic sizes or strides spans, as a size expression (None
+    for a static layout): what a kernel indexing it with 32 bits must keep below 2**31."""
+    parts = (layout.offset, *layout.size, *layout.stride)
+    if not any(is_symbolic(v) for v in parts):
+        return None
+    far = sum((s - 1) * st for s, st in zip(layout.size, layout.stride))
+    return sympy.expand(layout.offset + far + 1)
+
+
 def numel(size):
     """Elements of `size`: an int, or a size expression."""
     if any(is_symbolic(s) for s in size):

@@ -28,6 +28,9 @@ class TritonKernel:
     # a persistent reduction over a symbolic row length: the looped kernel the wrapper launches
     # instead when a call's rows are longer than `plan.RBLOCK` (renderer.py)
     looped: TritonKernel | None = None
+    # 32-bit indices chosen at the size hints: size expressions the wrapper checks stay below
+    # 2**31 on every call (renderer._reach)
+    reach: tuple = ()
 
 
 @dataclass(frozen=True)

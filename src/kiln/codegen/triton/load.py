@@ -59,6 +59,18 @@ def _fix_input(t: torch.Tensor, name: str, size, stride, device=None) -> torch.T
     return out
 
 
+INDEX_LIMIT = 2**31 - 1  # the largest element offset a 32-bit kernel index reaches
+
+
+def _too_large(elements: int):
+    raise RuntimeError(
+        f"kiln: this call's sizes make a Triton kernel span {elements} elements, past what the "
+        "32-bit indices it was compiled with (for the sizes first seen) reach. Fix: call the "
+        "compiled function with sizes this large first (after kiln.reset()), so that its kernels "
+        "are compiled with 64-bit indices, or mark the dimension static."
+    )
+
+
 def _device_guard(device: torch.device):
     if device.type == "cuda" and device.index is not None:
         if device.index != torch.cuda.current_device():
@@ -73,6 +85,8 @@ def _namespace(loaded, kernels: list[str], data: Mapping[str, Any], device) -> d
         "_as_strided": native.as_strided(),
         "_fix_input": _fix_input,
         "_device_guard": _device_guard,
+        "_index_limit": INDEX_LIMIT,
+        "_too_large": _too_large,
         "_default_device": device,
         # an int compare per input instead of building a torch.device (-1: the CPU)
         "_device_index": torch.empty(0, device=device).get_device(),

@@ -51,6 +51,7 @@ from .indexing import (
     mask_for,
     size_symbols,
     store_index,
+    symbolic_extent,
     tl_str,
 )
 from .kernel import TritonKernel, TritonModule
@@ -391,6 +392,14 @@ def _wide(kernel: Kernel, nodes: dict, names) -> bool:
     )
 
 
+def _reach(kernel: Kernel, nodes: dict, names) -> tuple:
+    """The size expressions a 32-bit kernel over symbolic sizes must keep below 2**31 (its
+    element count, the extents of the buffers it touches): `_wide` decided by the hints, and
+    the wrapper checks these per call (wrapper.py)."""
+    out = [kernel.outer * kernel.inner] + [symbolic_extent(nodes[n].layout) for n in names]
+    return tuple(dict.fromkeys(e for e in out if is_symbolic(e)))
+
+
 def _is_conversion(body) -> bool:
     while isinstance(body, Op) and body.op == "to":
         body = body.args[0]
@@ -424,7 +433,9 @@ def render_kernel(
             _loop_tail(ctx, saved)
             ctx.values = saved_values  # element values are only valid inside their loop
     params = tuple(ctx.params)
-    wide = _wide(kernel, nodes, [x for x in params if x in nodes])
+    buffers = [x for x in params if x in nodes]
+    wide = _wide(kernel, nodes, buffers)
+    reach = () if wide else _reach(kernel, nodes, buffers)
     consts = ", ".join(f"{k}: tl.constexpr" for k in p.constexprs)
     header = ["    " + h for h in _header(ctx, wide)]
     sizes = tuple(sorted(map(str, ctx.sizes), key=_symbol_order))
@@ -437,7 +448,7 @@ def render_kernel(
             # correct only while a row fits RBLOCK: longer rows take a looped twin
             twin = dataclasses.replace(kernel, name=kernel.name + "_looped")
             looped = render_kernel(twin, nodes, emulate_casts, looped_plan(p))
-        return TritonKernel(kernel.name, params, p, source, sizes=sizes, looped=looped)
+        return TritonKernel(kernel.name, params, p, source, sizes=sizes, looped=looped, reach=reach)
     finish = render_finish(kernel.name, ctx.workspaces, nodes, p)
     return TritonKernel(kernel.name, params, p, source, tuple(ctx.workspaces), finish)
 

@@ -26,6 +26,8 @@ Why it exists: the whole compiled graph stays readable as code, as DESIGN.md §2
 
 from __future__ import annotations
 
+import sympy
+
 from ...lower.ir import Extern
 from ...schedule import Alias, Alloc, ExternCall, Free, Kernel, Schedule
 from ..wrapper import (
@@ -80,6 +82,30 @@ def _launch(kernel: TritonKernel, members: str) -> list[str]:
     return lines
 
 
+def _index_check(kernels) -> list[str]:
+    """A kernel of symbolic sizes indexes with 32 bits when the size hints allowed it; past
+    2**31 elements it would overflow, so the call stops with the reason and the fix instead
+    (one comparison a call: `_index_limit` is 2**31 - 1, load.py)."""
+    reach = list(dict.fromkeys(e for k in kernels for e in k.reach))
+    reach = [e for e in reach if not any(f is not e and _at_least(f, e) for f in reach)]
+    if not reach:
+        return []
+    largest = (
+        py_expr(next(iter(reach))) if len(reach) == 1 else f"max({', '.join(map(py_expr, reach))})"
+    )
+    return [f"    if {largest} >= _index_limit: _too_large({largest})"]
+
+
+def _at_least(f, e) -> bool:
+    """Is `f >= e` for every size (symbols >= 1): `f / e` a polynomial with nonnegative
+    coefficients, as `s0*s1` over `s1`? (False when unsure, e.g. under a floor division.)"""
+    q = sympy.cancel(f / e)
+    if not q.is_polynomial() or q.has(sympy.Function):
+        return False
+    coeffs = sympy.Poly(q, *sorted(q.free_symbols, key=str)).coeffs() if q.free_symbols else [q]
+    return all(c.is_number and c >= 0 for c in coeffs) and q != 0 and f != e
+
+
 def render_wrapper(
     sched: Schedule, kernels: dict[str, TritonKernel], checked=frozenset()
 ) -> WrapperProgram:
@@ -89,6 +115,7 @@ def render_wrapper(
     lines = boxed_header(graph.args) + ["    device = _default_device"]
     if graph.symbolic:
         lines += bind_sizes(graph, nodes)
+        lines += _index_check(kernels.values())
     host = _scalars_for_externs(graph.inputs, nodes, read_by_kernel)
     lines += input_checks(graph.inputs, nodes, checked, device=True, host=host)
     lines.append("    with _device_guard(device):")
