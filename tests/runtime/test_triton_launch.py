@@ -58,6 +58,22 @@ def test_later_launches_are_raw_and_right():
     assert launch.raw is None
 
 
+def test_size_arguments_of_one_launch_change_specialization_and_stay_right():
+    """A kernel compiled for symbolic sizes takes them as integer arguments; one grid's launch
+    sees lengths Triton specializes differently (divisible by 16, not, 1): each runs the
+    variant for its own class, through the kept CompiledKernel when the class matches."""
+    from kiln.runtime.triton_launch import FastKernel
+
+    kernel = FastKernel(_axpy())
+    launch = kernel[(4,)]
+    for n in (1000, 1008, 1024, 1, 999, 1000, 1):
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        out = torch.empty(n, device="cuda")
+        launch(x, y, out, n, XBLOCK=256, num_warps=4)
+        torch.testing.assert_close(out, 2 * x + y)
+    assert launch.compiled is not None
+
+
 def _copy2():
     import triton
     import triton.language as tl
