@@ -210,13 +210,13 @@ def extent(layout) -> int:
 
 
 def symbolic_extent(layout):
-    """The elements a layout with symbolic sizes or strides spans, as a size expression (None
-    for a static layout): what a kernel indexing it with 32 bits must keep below 2**31."""
-    parts = (layout.offset, *layout.size, *layout.stride)
-    if not any(is_symbolic(v) for v in parts):
+    """The elements a layout with symbolic sizes or strides spans from its first element (a
+    kernel's pointer), as a size expression (None for a static layout): what a kernel indexing
+    it with 32 bits must keep below 2**31."""
+    if not any(is_symbolic(v) for v in (*layout.size, *layout.stride)):
         return None
     far = sum((s - 1) * st for s, st in zip(layout.size, layout.stride))
-    return sympy.expand(layout.offset + far + 1)
+    return sympy.expand(far + 1)
 
 
 def numel(size):

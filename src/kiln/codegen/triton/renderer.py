@@ -392,12 +392,13 @@ def _wide(kernel: Kernel, nodes: dict, names) -> bool:
     )
 
 
-def _reach(kernel: Kernel, nodes: dict, names) -> tuple:
+def _reach(kernel: Kernel, nodes: dict, names, sizes: set) -> tuple:
     """The size expressions a 32-bit kernel over symbolic sizes must keep below 2**31 (its
     element count, the extents of the buffers it touches): `_wide` decided by the hints, and
-    the wrapper checks these per call (wrapper.py)."""
+    the wrapper checks these per call (wrapper.py). Only expressions over the kernel's own size
+    arguments, which the wrapper has bound."""
     out = [kernel.outer * kernel.inner] + [symbolic_extent(nodes[n].layout) for n in names]
-    return tuple(dict.fromkeys(e for e in out if is_symbolic(e)))
+    return tuple(dict.fromkeys(e for e in out if is_symbolic(e) and size_symbols(e) <= sizes))
 
 
 def _is_conversion(body) -> bool:
@@ -435,7 +436,7 @@ def render_kernel(
     params = tuple(ctx.params)
     buffers = [x for x in params if x in nodes]
     wide = _wide(kernel, nodes, buffers)
-    reach = () if wide else _reach(kernel, nodes, buffers)
+    reach = () if wide else _reach(kernel, nodes, buffers, ctx.sizes)
     consts = ", ".join(f"{k}: tl.constexpr" for k in p.constexprs)
     header = ["    " + h for h in _header(ctx, wide)]
     sizes = tuple(sorted(map(str, ctx.sizes), key=_symbol_order))
