@@ -436,9 +436,10 @@ def render_kernel(
     params = tuple(ctx.params)
     buffers = [x for x in params if x in nodes]
     wide = _wide(kernel, nodes, buffers)
-    reach = () if wide else _reach(kernel, nodes, buffers, ctx.sizes)
     consts = ", ".join(f"{k}: tl.constexpr" for k in p.constexprs)
     header = ["    " + h for h in _header(ctx, wide)]
+    # (after the header, which notes the symbols of the numels it prints)
+    reach = () if wide else _reach(kernel, nodes, buffers, ctx.sizes)
     sizes = tuple(sorted(map(str, ctx.sizes), key=_symbol_order))
     args = ", ".join(params + sizes)
     lines = ["@triton.jit", f"def {kernel.name}({args}, {consts}):", *header, *ctx.lines]
