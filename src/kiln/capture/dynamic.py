@@ -21,6 +21,7 @@ from typing import Any
 
 import sympy
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import GuardSource
 from torch._guards import Source as TorchSource
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -104,7 +105,11 @@ class DynamicShapes:
             return v
 
         fargs, fkwargs = tree_map(to_fake, (args, kwargs))
-        with torch._C.DisableTorchFunction(), self.fake_mode:
+        # The Python dispatcher routes ATen's C++ composite kernels to their SymInt-aware Python
+        # decompositions (torch._decomp), as torch.compile's fake propagation does: some C++
+        # composites read concrete sizes (matmul's folding check in torch 2.11, constant_pad_nd's
+        # meta), which would either fail on symbolic sizes or silently pin a dynamic length.
+        with torch._C.DisableTorchFunction(), enable_python_dispatcher(), self.fake_mode:
             fout = func(*fargs, **fkwargs)
         real_flat, _ = tree_flatten(out)
         fake_flat, _ = tree_flatten(fout)
