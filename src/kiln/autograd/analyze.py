@@ -23,7 +23,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .errors import AotUnsupported
-from .symbolic import FakeWorld, is_symbolic
+from .symbolic import FakeWorld, is_symbolic, run_symbolic
 
 _SET_GRAD = torch._C._set_grad_enabled
 
@@ -121,14 +121,19 @@ def analyze(
     fake mode and inputs (symbolic.py); None: a fresh mode and fakes of `inputs`' sizes."""
     world = world or FakeWorld(FakeTensorMode(allow_non_fake_inputs=False))
     mode = world.mode
-    fakes = world.input_fakes(inputs)
-    tensors = [x for x in fakes if isinstance(x, torch.Tensor)]
-    before = [(x._version, x.shape, x.stride(), x.storage_offset()) for x in tensors]
-    grad_fns = [x.grad_fn for x in tensors]
-    interp = GradModeInterpreter(gm, grad_enabled)
-    writes = _WrittenTensors()
-    with mode, writes:
-        out = interp.run(*fakes)
+
+    def run():
+        fakes = world.input_fakes(inputs)
+        tensors = [x for x in fakes if isinstance(x, torch.Tensor)]
+        before = [(x._version, x.shape, x.stride(), x.storage_offset()) for x in tensors]
+        grad_fns = [x.grad_fn for x in tensors]
+        interp = GradModeInterpreter(gm, grad_enabled)
+        writes = _WrittenTensors()
+        with mode, writes:
+            out = interp.run(*fakes)
+        return fakes, tensors, before, grad_fns, interp, writes, out
+
+    fakes, tensors, before, grad_fns, interp, writes, out = run_symbolic(world.symbolic, run)
     flat, spec = pytree.tree_flatten(out)
     meta = GraphMeta(num_inputs=len(fakes), out_spec=spec)
     meta.grad_mode_nodes = has_grad_mode_nodes(gm)

@@ -36,7 +36,7 @@ from torch.utils import _pytree as pytree
 from ..lazy_graphs import lazy_graph_modules
 from . import decomps
 from .analyze import GradModeInterpreter, GraphMeta
-from .symbolic import FakeWorld
+from .symbolic import FakeWorld, run_symbolic
 
 aten = torch.ops.aten
 
@@ -95,11 +95,15 @@ def _trace(
         except RuntimeError as e:
             if not _functorch_refused(e):
                 raise
-    with mode, lazy_graph_modules(), _keep_meta(marks):
-        traced = make_fx(
-            dispatch_functionalize(fn, FunctionalTensorMode()),
-            decomposition_table=decompositions or {},
-        )(*args)
+
+    def run():
+        with mode, lazy_graph_modules(), _keep_meta(marks):
+            return make_fx(
+                dispatch_functionalize(fn, FunctionalTensorMode()),
+                decomposition_table=decompositions or {},
+            )(*args)
+
+    traced = run_symbolic(dispatch, run)
     _drop_input_copy_back(traced)
     return traced
 
@@ -325,13 +329,29 @@ def _trace_vjp(
                 raise
     if traced is None:
         traced = _trace_autograd(
-            forward, primals, tangents, diff_inputs, diff_outputs, mode, decompositions, marks
+            forward,
+            primals,
+            tangents,
+            diff_inputs,
+            diff_outputs,
+            mode,
+            decompositions,
+            marks,
+            world.symbolic,
         )
     return Joint(traced, len(primals), len(requires_grad), diff_inputs, diff_outputs)
 
 
 def _trace_autograd(
-    forward, primals, tangents, diff_inputs, diff_outputs, mode, decompositions, marks=False
+    forward,
+    primals,
+    tangents,
+    diff_inputs,
+    diff_outputs,
+    mode,
+    decompositions,
+    marks=False,
+    symbolic=False,
 ):
     """The joint graph by `torch.autograd.grad` on fake inputs that require grad, made
     functional by `FunctionalTensorMode` (a dispatch mode, below autograd): old-style
@@ -348,11 +368,14 @@ def _trace_autograd(
         grads = torch.autograd.grad(diff, wrt, tangents, allow_unused=True) if diff else ()
         return (*[o.detach() for o in outs], *grads)
 
-    with mode, lazy_graph_modules(), _keep_meta(marks):
-        traced = make_fx(
-            dispatch_functionalize(joint, FunctionalTensorMode()),
-            decomposition_table=decompositions or {},
-        )(leaves, tangents)
+    def run():
+        with mode, lazy_graph_modules(), _keep_meta(marks):
+            return make_fx(
+                dispatch_functionalize(joint, FunctionalTensorMode()),
+                decomposition_table=decompositions or {},
+            )(leaves, tangents)
+
+    traced = run_symbolic(symbolic, run)
     _drop_input_copy_back(traced)
     return traced
 

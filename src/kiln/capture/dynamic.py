@@ -66,6 +66,17 @@ class DynamicShapes:
             sym = fake.size(d).node.expr
             if isinstance(sym, sympy.Symbol):
                 self.names[sym] = sympy.Symbol(f"{expr}.size({d})")
+        # The fake's storage offset (and a stride not written in its sizes) can be symbols of
+        # their own; a shape fact over one (an aligned-access check of a CUDA kernel's fake,
+        # `16*s0 + 8*s1 <= 3200`) must read it from the input too, or its guard would raise
+        # NameError and miss on every call.
+        reads = [(fake.storage_offset(), f"{expr}.storage_offset()")]
+        reads += [(st, f"{expr}.stride({d})") for d, st in enumerate(fake.stride())]
+        for value, text in reads:
+            if isinstance(value, torch.SymInt):
+                sym = value.node.expr
+                if isinstance(sym, sympy.Symbol) and sym not in self.names:
+                    self.names[sym] = sympy.Symbol(text)
         self.fakes[id(t)] = fake
         return fake
 
@@ -105,12 +116,17 @@ class DynamicShapes:
             return v
 
         fargs, fkwargs = tree_map(to_fake, (args, kwargs))
-        # The Python dispatcher routes ATen's C++ composite kernels to their SymInt-aware Python
-        # decompositions (torch._decomp), as torch.compile's fake propagation does: some C++
-        # composites read concrete sizes (matmul's folding check in torch 2.11, constant_pad_nd's
-        # meta), which would either fail on symbolic sizes or silently pin a dynamic length.
-        with torch._C.DisableTorchFunction(), enable_python_dispatcher(), self.fake_mode:
-            fout = func(*fargs, **fkwargs)
+        # First under the Python dispatcher, which routes ATen's C++ composite kernels to their
+        # SymInt-aware Python decompositions (torch._decomp), as torch.compile's fake
+        # propagation does: some C++ composites read concrete sizes (matmul's folding check in
+        # torch 2.11, constant_pad_nd's meta), which would either fail on symbolic sizes or pin
+        # a dynamic length. A few meta kernels fail under it instead: then as before.
+        try:
+            with torch._C.DisableTorchFunction(), enable_python_dispatcher(), self.fake_mode:
+                fout = func(*fargs, **fkwargs)
+        except RuntimeError:
+            with torch._C.DisableTorchFunction(), self.fake_mode:
+                fout = func(*fargs, **fkwargs)
         real_flat, _ = tree_flatten(out)
         fake_flat, _ = tree_flatten(fout)
         for r, f in zip(real_flat, fake_flat):

@@ -239,6 +239,18 @@ def inference_guard(source: Source, t: torch.Tensor) -> Guard:
     return Guard(source, "INFERENCE", check, {"inf": _IS_INFERENCE}, text)
 
 
+def offset_guard(source: Source, t: torch.Tensor) -> Guard:
+    """A tensor input's storage offset, by value. Added when a trace reads `storage_offset()`
+    (see Tracer.note_offset_read): the tensor guard checks sizes and strides but not where a
+    view starts in its storage, so a branch or a size computed from the offset would be kept
+    for inputs that start elsewhere (a wrong result). Rare in real code, so only traces that
+    read an offset pay for the check."""
+    value = int(t.storage_offset())
+    return Guard(
+        source, "OFFSET", f"{{s}}.storage_offset() == {value}", {}, f"storage offset {value}"
+    )
+
+
 def _device_check(device: torch.device) -> str:
     """`is_cpu`, or for a CUDA tensor an int compare of `get_device()` (reading `.device`
     builds a `torch.device` each time: a ResNet-50 checks 268 tensors a call)."""

@@ -116,6 +116,7 @@ class Tracer:
         self._examples: list[tuple[fx.Node, tuple | None]] = []  # see example_values
         self._numpy_args = False  # the call being recorded has a NumPy argument
         self.inference_read = False  # the trace read `is_inference()` (inference_guard)
+        self.offset_read = False  # the trace read a `storage_offset()` (offset_guard)
         self.data_sized = data_sizes.DataSized()  # nonzero's, x[mask]'s outputs and their uses
         self.branch_capture = 0  # > 0 while a torch.cond branch is traced (higher_order.py)
         self.grad_enabled = torch.is_grad_enabled()
@@ -231,6 +232,8 @@ class Tracer:
         self.placeholders.append((source, t, node))
         if self.inference_read and source.row() is None:
             self.guards.add(G.inference_guard(source, t))
+        if self.offset_read and source.row() is None:
+            self.guards.add(G.offset_guard(source, t))
         dims = self.dynamic_policy(source, t) if self.dynamic_policy else ()
         if dims:
             dims = set(dims)
@@ -436,6 +439,8 @@ class Tracer:
         if kind == "metadata":
             if info.name == "is_inference" and not self.inference_read:
                 self.note_inference_read()
+            elif info.name == "storage_offset" and not self.offset_read:
+                self.note_offset_read()
             if self.dyn is not None and args and isinstance(args[0], torch.Tensor):
                 sym = self._symbolic_metadata(info.name, args, kwargs)
                 if sym is not None:
@@ -461,6 +466,14 @@ class Tracer:
         for source, value, _ in self.placeholders:
             if isinstance(value, torch.Tensor) and source.row() is None:
                 self.guards.add(G.inference_guard(source, value))
+
+    def note_offset_read(self) -> None:
+        """The trace read a storage offset: every tensor input's offset is guarded by value,
+        those placed before and after (an intermediate's offset follows from its inputs')."""
+        self.offset_read = True
+        for source, value, _ in self.placeholders:
+            if isinstance(value, torch.Tensor) and source.row() is None:
+                self.guards.add(G.offset_guard(source, value))
 
     def _node_args(self, args: tuple) -> tuple:
         """The FX arguments of a call's positional arguments: tensors become their nodes
