@@ -161,11 +161,35 @@ def _counted_in(gm: torch.fx.GraphModule, pos: int, pieces: dict) -> int:
 
 def split_pieces(gm: torch.fx.GraphModule, pieces: dict) -> torch.fx.GraphModule:
     """The parent graph module: one submodule `submod_K` per piece, each returning a tuple."""
+    import inspect
+
     from torch.fx.passes.split_module import split_module
 
-    return split_module(
-        gm, gm, lambda node: pieces[node], keep_original_order=True, tuple_return=True
-    )
+    if "tuple_return" in inspect.signature(split_module).parameters:  # torch >= 2.13
+        return split_module(
+            gm, gm, lambda node: pieces[node], keep_original_order=True, tuple_return=True
+        )
+    return _tuple_outputs(split_module(gm, gm, lambda node: pieces[node], keep_original_order=True))
+
+
+def _tuple_outputs(parent: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """What `split_module(..., tuple_return=True)` gives, on a torch without that argument
+    (2.11, 2.12): a piece with one output returns it bare there; make it return a 1-tuple and
+    read it back with a getitem in the parent, so every piece is called the same way."""
+    for node in list(parent.graph.nodes):
+        if node.op != "call_module":
+            continue
+        sub = parent.get_submodule(str(node.target))
+        out = next(n for n in reversed(sub.graph.nodes) if n.op == "output")
+        if isinstance(out.args[0], (tuple, list)):
+            continue
+        out.args = ((out.args[0],),)
+        sub.recompile()
+        with parent.graph.inserting_after(node):
+            item = parent.graph.call_function(operator.getitem, (node, 0))
+        node.replace_all_uses_with(item, delete_user_cb=lambda user, item=item: user is not item)
+    parent.recompile()
+    return parent
 
 
 class SplitGraph:
