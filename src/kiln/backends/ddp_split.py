@@ -180,6 +180,7 @@ def _tuple_outputs(parent: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if node.op != "call_module":
             continue
         sub = parent.get_submodule(str(node.target))
+        assert isinstance(sub, torch.fx.GraphModule)  # split_module makes graph modules
         out = next(n for n in reversed(sub.graph.nodes) if n.op == "output")
         if isinstance(out.args[0], (tuple, list)):
             continue
