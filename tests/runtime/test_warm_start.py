@@ -49,7 +49,9 @@ PROGRAM = textwrap.dedent(
         with torch.no_grad():  # the inference entry
             worst = max(worst, (compiled(x) - model(x)).abs().max().item())
     lowered, sympy = "kiln.lower" in sys.modules, "sympy" in sys.modules
-    print(json.dumps({**warm.STATS, "worst": worst, "lowered": lowered, "sympy": sympy}))
+    triton = "kiln.runtime.triton_builder" in sys.modules
+    print(json.dumps({**warm.STATS, "worst": worst, "lowered": lowered, "sympy": sympy,
+                      "triton": triton}))
     """
 )
 
@@ -76,6 +78,7 @@ def test_new_process_loads_instead_of_compiling(tmp_path):
     assert hot["hits"] == 2 and hot["misses"] == 0
     assert not hot["lowered"], "a warm start imported the lowering modules"
     assert not hot["sympy"], "a warm start of a graph with static sizes imported sympy"
+    assert not hot["triton"], "a warm start on the CPU imported the Triton builder"
     off = _run(tmp_path, cache, seed=3, KILN_ARTIFACT_CACHE="0")
     assert off["hits"] == 0 and off["lowered"] and off["worst"] < 1e-4
 

@@ -23,6 +23,7 @@ instead of reporting eager kernels under kiln's name.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -203,9 +204,17 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: list, info: CaptureInfo)
     try:
         return _aot_or_eager("inductor", gm, example_inputs, info, **compilers)
     finally:  # the graph is compiled: idle compile workers would slow its calls
+        _stop_compile_workers()
+
+
+def _stop_compile_workers() -> None:
+    """Stop the Triton compile workers; they exit (~1 s each, in parallel) while the first call
+    runs. Where the pool's module was never imported no worker was started, and importing the
+    Triton builder (with the pool's modules) would cost a CPU graph's warm start ~20 ms."""
+    if "kiln.runtime.triton_workers" in sys.modules:
         from ..runtime.triton_builder import shutdown
 
-        shutdown(wait=False)  # they exit (~1 s each, in parallel) while the first call runs
+        shutdown(wait=False)
 
 
 def _prestart_compile_workers(example_inputs: list) -> None:
