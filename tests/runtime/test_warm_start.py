@@ -348,3 +348,12 @@ def test_dynamic_entry_serves_other_sizes_in_a_new_process(tmp_path):
     assert hot["worst"] < 1e-4, hot
     assert hot["hits"] == 1 and hot["misses"] == 0 and hot["stored"] == 0, hot
     assert not hot["lowered"], "a warm start of a dynamic graph compiled it again"
+    # the entry checks every fact of its trace's shape environment, capture's (its size
+    # specialization, rows != 1) as well as AOT tracing's: another process's capture may have
+    # recorded other facts (it saw other sizes first) that do not imply what this trace assumed
+    store = artifacts.open_store(str(tmp_path / "cache"))
+    (key,) = [e[1] for e in artifacts.entries(str(tmp_path / "cache")) if e[0] == "aot"]
+    entry = warm.unpack(store.get(key), owner=object(), key=())
+    assert "a[0].size(0) != 1" in entry.text, entry.text
+    assert "a[0].size(0) >= 2" in entry.text, entry.text
+    assert entry.check([torch.randn(5, 8)]) and not entry.check([torch.randn(1, 8)])

@@ -27,10 +27,11 @@ The key of an entry is a SHA-256 of everything the compiled entry depends on:
 
 A graph with symbolic sizes (dynamic) is keyed by its inputs' symbolic sizes (`s0`, not the
 call's 8), so one entry serves every size in every process. Its entry keeps, as Python source
-over the call's inputs (`a[0].size(0)`), the shape guards AOT tracing added and the functions
-that compute outputs' symbolic sizes; a call that fails the guards gets an entry traced for its
-own sizes, as in the process that compiled it. An entry whose trace fell back to the call's
-sizes is not kept under the symbolic key.
+over the call's inputs (`a[0].size(0)`), every guard of its trace's shape environment (capture's
+and AOT tracing's: a later process's capture, having seen other sizes first, may have guarded
+other facts) and the functions that compute outputs' symbolic sizes; a call that fails the
+guards gets an entry traced for its own sizes, as in the process that compiled it. An entry
+whose trace fell back to the call's sizes is not kept under the symbolic key.
 
 What is not kept (it compiles as before, every process): a graph whose call targets or
 attributes cannot be named soundly (a callable object, a closure over a tensor), an entry any
@@ -153,7 +154,7 @@ class WarmStore:
         if key is None:
             return
         try:
-            data = pack(entry)
+            data = pack(entry, _shape_guards(compiled))
         except Unkeyable as e:
             logs.log("perf_hints", f"warm start: {self.info.label} is not cached: {e}")
             STATS["not_cached"] += 1
@@ -374,13 +375,31 @@ def _package_version(name: str) -> str | None:
 # -- an entry as data -------------------------------------------------------------------------
 
 
-def pack(entry: Any) -> bytes:
+def _shape_guards(compiled: Any) -> dict | None:
+    """A symbolic entry's check in a later process: every guard of the shape environment, as
+    Python over the call's inputs. In the compiling process capture checks the guards it made
+    and the entry those AOT tracing added; a later process's capture may have made other ones
+    (it saw other sizes first), which need not imply what this trace was allowed to assume."""
+    world, reader = compiled.world, compiled.reader
+    if world is None or reader is None:
+        return None
+    from ..autograd.sizes import guards_since
+
+    env = world.shape_env
+    guards = guards_since(env, 0) if env is not None else []
+    unreadable = [g for g in guards if not reader.can_read(g)]
+    if unreadable:
+        raise Unkeyable(f"its shape guard {unreadable[0]} reads no input's size")
+    check = reader.check(guards)
+    return {"source": check.source, "text": " and ".join(reader.render(g) for g in guards)}
+
+
+def pack(entry: Any, shape_guards: dict | None = None) -> bytes:
     """An entry as bytes; `Unkeyable` when a graph of it is not a kiln-compiled graph with a
     `loadable` (it fell back to eager kernels, or runs as a device graph), or when anything
-    of it is a live symbolic value (which would not mean the same in another process)."""
-    guards = None
-    if isinstance(entry, GuardedEntry):  # a symbolic entry and the shape guards it needs
-        guards = {"source": entry.check.source, "text": entry.text}
+    of it is a live symbolic value (which would not mean the same in another process).
+    `shape_guards`: a symbolic entry's guards (`_shape_guards`), checked on each call."""
+    if isinstance(entry, GuardedEntry):  # (its guards are among `shape_guards`)
         entry = entry.entry
     if isinstance(entry, TrainingEntry):
         plan = entry.plan
@@ -395,7 +414,7 @@ def pack(entry: Any) -> bytes:
     body.update(meta=_meta(entry.meta), tensor_only=entry.tensor_only, format=FORMAT)
     sym = entry.symbolic
     body["symbolic"] = None if sym is None else {"spans": sym.spans, "source": sym.read.source}
-    body["shape_guards"] = guards
+    body["shape_guards"] = shape_guards
     out = io.BytesIO()
     try:
         _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(body)
