@@ -95,6 +95,12 @@ def _trace(
         except RuntimeError as e:
             if not _functorch_refused(e):
                 raise
+    return _trace_dispatch(fn, args, mode, decompositions, marks, symbolic=dispatch)
+
+
+def _trace_dispatch(fn, args: list, mode, decompositions, marks: bool, symbolic: bool):
+    """make_fx of `fn` made functional by `FunctionalTensorMode` (a dispatch mode, below
+    autograd); with symbolic sizes first under the Python dispatcher (`run_symbolic`)."""
 
     def run():
         with mode, lazy_graph_modules(), _keep_meta(marks):
@@ -103,7 +109,7 @@ def _trace(
                 decomposition_table=decompositions or {},
             )(*args)
 
-    traced = run_symbolic(dispatch, run)
+    traced = run_symbolic(symbolic, run)
     _drop_input_copy_back(traced)
     return traced
 
@@ -368,16 +374,7 @@ def _trace_autograd(
         grads = torch.autograd.grad(diff, wrt, tangents, allow_unused=True) if diff else ()
         return (*[o.detach() for o in outs], *grads)
 
-    def run():
-        with mode, lazy_graph_modules(), _keep_meta(marks):
-            return make_fx(
-                dispatch_functionalize(joint, FunctionalTensorMode()),
-                decomposition_table=decompositions or {},
-            )(leaves, tangents)
-
-    traced = run_symbolic(symbolic, run)
-    _drop_input_copy_back(traced)
-    return traced
+    return _trace_dispatch(joint, [leaves, tangents], mode, decompositions, marks, symbolic)
 
 
 def _output_values(gm: torch.fx.GraphModule) -> list:
