@@ -7,6 +7,9 @@
 # Extra arguments go to pytest. Exits non-zero when any version fails or cannot be set up.
 #   KILN_PYTHONS="3.12.1 3.13.0"   versions under $(pyenv root)/versions/
 #   KILN_TORCH="torch==2.13.0"     the torch requirement (CI's pin)
+#   KILN_PYTHONS_DISPOSABLE=1      remove each venv once its tests ran (CI: a clean clone never
+#                                  reuses them, and two CUDA-build torch installs of 4.7 GB each
+#                                  plus pip's unpacking do not fit a small disk together)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +18,8 @@ torch_req=${KILN_TORCH:-"torch==2.13.0"}
 # transformers: tests/capture/test_hf_models.py skips without it, and must run on every version
 packages="$torch_req pytest expecttest sympy transformers"
 pyenv_root=${PYENV_ROOT:-$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")}
+
+free_gib() { df -Pk . | awk 'NR == 2 { printf "%d", $4 / 1048576 }'; }
 
 failed=()
 for v in $versions; do
@@ -30,9 +35,10 @@ for v in $versions; do
     fi
     if [ "$(cat "$venv/.kiln-stamp" 2>/dev/null)" != "$v $packages" ]; then
         rm -rf "$venv"
+        echo "free disk before setup: $(free_gib) GiB (a torch install needs about 10 GiB while pip unpacks it)"
         # pinned torch first: a bare `torch` would resolve to the newest release
-        if ! { "$base" -m venv "$venv" && "$venv/bin/python" -m pip install -q $packages; }; then
-            echo "could not set up $venv"
+        if ! { "$base" -m venv "$venv" && "$venv/bin/python" -m pip install -q --no-cache-dir $packages; }; then
+            echo "could not set up $venv (free disk now: $(free_gib) GiB)"
             rm -rf "$venv"
             failed+=("$v (setup)")
             continue
@@ -49,6 +55,9 @@ for v in $versions; do
     fi
     [ "$rc" -ne 0 ] && failed+=("$v (pytest exit $rc)")
     echo "=== Python $v: exit $rc in $((SECONDS - start)) s"
+    if [ "${KILN_PYTHONS_DISPOSABLE:-0}" = 1 ]; then
+        rm -rf "$venv"
+    fi
 done
 
 if [ "${#failed[@]}" -gt 0 ]; then
