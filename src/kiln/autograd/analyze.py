@@ -22,8 +22,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..symbolic_dispatch import run_symbolic
 from .errors import AotUnsupported
-from .symbolic import FakeWorld, is_symbolic, run_symbolic
+from .symbolic import FakeWorld, is_symbolic
 
 _SET_GRAD = torch._C._set_grad_enabled
 

@@ -49,26 +49,6 @@ def _example(node: torch.fx.Node) -> Any:
     return node.meta.get("example_value", node.meta.get("val"))
 
 
-def run_symbolic(symbolic: bool, run: Callable[[], Any]) -> Any:
-    """`run()` (a fake run or trace); with symbolic sizes first under the Python dispatcher, as
-    make_fx's own symbolic mode and torch.compile run theirs: some of ATen's C++ composite
-    kernels read concrete sizes (on torch 2.11, `linear` -> `matmul`'s fold check when no
-    operand needs a gradient; `constant_pad_nd`'s meta), which either fails on symbols or pins
-    one to its hint with a guard that fixes the length (GPT-2 on CUDA compiled once per prompt
-    length); under the dispatcher their SymInt-aware Python decompositions run instead. Some
-    meta kernels fail under the dispatcher instead (baddbmm's broadcast `expand` on torch 2.13):
-    then `run()` again as before. Static runs are unchanged."""
-    if not symbolic:
-        return run()
-    from torch._dispatch.python import enable_python_dispatcher
-
-    try:
-        with enable_python_dispatcher():
-            return run()
-    except RuntimeError:
-        return run()
-
-
 class FakeWorld:
     """The fake mode of one trace and the fake inputs it takes (see the module doc)."""
 

@@ -34,9 +34,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from ..lazy_graphs import lazy_graph_modules
+from ..symbolic_dispatch import run_symbolic
 from . import decomps
 from .analyze import GradModeInterpreter, GraphMeta
-from .symbolic import FakeWorld, run_symbolic
+from .symbolic import FakeWorld
 
 aten = torch.ops.aten
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import sympy
 import torch
-from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import GuardSource
 from torch._guards import Source as TorchSource
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -29,6 +28,7 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils._sympy.printers import PythonPrinter
 
+from ..symbolic_dispatch import run_symbolic
 from . import guards as G
 from .sources import Namer, Source
 
@@ -116,17 +116,9 @@ class DynamicShapes:
             return v
 
         fargs, fkwargs = tree_map(to_fake, (args, kwargs))
-        # First under the Python dispatcher, which routes ATen's C++ composite kernels to their
-        # SymInt-aware Python decompositions (torch._decomp), as torch.compile's fake
-        # propagation does: some C++ composites read concrete sizes (matmul's folding check in
-        # torch 2.11, constant_pad_nd's meta), which would either fail on symbolic sizes or pin
-        # a dynamic length. A few meta kernels fail under it instead: then as before.
-        try:
-            with torch._C.DisableTorchFunction(), enable_python_dispatcher(), self.fake_mode:
-                fout = func(*fargs, **fkwargs)
-        except RuntimeError:
-            with torch._C.DisableTorchFunction(), self.fake_mode:
-                fout = func(*fargs, **fkwargs)
+        # symbolic sizes: first under the Python dispatcher (kiln/symbolic_dispatch.py says why)
+        with torch._C.DisableTorchFunction(), self.fake_mode:
+            fout = run_symbolic(True, lambda: func(*fargs, **fkwargs))
         real_flat, _ = tree_flatten(out)
         fake_flat, _ = tree_flatten(fout)
         for r, f in zip(real_flat, fake_flat):

@@ -35,6 +35,7 @@ BASE = frozenset(
         "native",
         "contracts",
         "trace",
+        "symbolic_dispatch",
     }
 )
 
