@@ -220,3 +220,50 @@ def test_step_runs_few_kernels_whatever_the_number_of_parameters(name):
         assert code.count("is written into input") == n * {"adamw": 4, "sgd": 2}[name]
         assert "not written into input" not in code
     assert counts[8] == counts[24] <= 10, counts
+
+
+def _distinct_shapes(n: int) -> list[tuple[int, ...]]:
+    """`n` parameter shapes, no two of one size: matrices and vectors of growing sizes."""
+    return [(3 + i, 2 + 2 * i) if i % 2 else (5 + 7 * i,) for i in range(n)]
+
+
+def _logged(fn) -> str:
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    logging.getLogger("kiln").addHandler(handler)
+    kiln.set_logs("output_code", "schedule")
+    try:
+        fn()
+    finally:
+        kiln.set_logs()
+        logging.getLogger("kiln").removeHandler(handler)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("name", ["sgd_nesterov", "adam", "adamw_amsgrad"])
+def test_step_over_many_shapes_is_a_few_kernels_and_matches_eager(name, foreach):
+    """Horizontal fusion (schedule/horizontal.py): the per-shape kernels of a step become a few
+    kernels, as many for 5 parameters of 5 sizes as for 15 of 15 sizes; the values stay
+    eager's, step after step. (Single-tensor Adam's kernels are not grouped: each holds its
+    step count's increment as a one-value member, which a part may not have.)"""
+    counts = {}
+    for n in (5, 15):
+        g = torch.Generator().manual_seed(n)
+        ref = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in _distinct_shapes(n)]
+        got = [torch.nn.Parameter(p.detach().clone()) for p in ref]
+        ref_opt, opt = OPTIMIZERS[name](ref, foreach), OPTIMIZERS[name](got, foreach)
+        step = kiln.compile(opt.step, fullgraph=True)
+        for i in range(3):
+            for a, b in zip(ref, got):
+                a.grad = torch.randn_like(a)
+                b.grad = a.grad.clone()
+            _compiling_eager_step(ref_opt)
+            if i == 1:  # the steady graph (the state exists) compiles here
+                code = _logged(step)
+            else:
+                step()
+            _assert_same_state(ref_opt, ref, opt, got)
+        counts[n] = len(re.findall(r'extern "C" void kernel\d+', code))
+    if foreach or name.startswith("sgd"):
+        assert counts[5] == counts[15] <= 4, counts

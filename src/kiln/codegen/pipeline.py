@@ -166,6 +166,7 @@ def compile_graph_strict(
         out_externs=frozenset(caps.out_variants),
         arena=caps.arena,
         mutations=_mutation_names(graph, mutated_inputs or {}),
+        horizontal=caps.horizontal,
     )
     kernels = gen.render(sched, options)
     logs.log("passes", lambda: f"after render ({gen.kernel_language}):\n{kernels.source}")

@@ -67,6 +67,9 @@ class Capabilities:
     arena: intermediates live in one block the wrapper keeps from call to call (schedule/arena).
     symbolic_sizes: kernels and wrapper take sizes known only per call (lower/symbolic.py);
         without it a graph with symbolic sizes is declined.
+    horizontal: the most buffer arguments of a horizontal kernel, which runs independent
+        pointwise kernels side by side in one launch (schedule/horizontal.py); 0: the renderer
+        has no such kernels, and none are made.
     """
 
     dtypes: frozenset = LOOP_DTYPES
@@ -74,6 +77,7 @@ class Capabilities:
     out_variants: Mapping[Any, Any] = field(default_factory=lambda: MappingProxyType({}))
     arena: bool = False
     symbolic_sizes: bool = False
+    horizontal: int = 0
 
 
 class CodeGen(Protocol):

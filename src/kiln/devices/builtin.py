@@ -38,6 +38,8 @@ CPU = Device(
         ),
         arena=True,
         symbolic_sizes=True,
+        # ctypes passes at most 1024 arguments; a GPT-2 AdamW step's 600 buffers make 3 calls
+        horizontal=256,
     ),
     rewrites=(
         "functionalize_restrides",
@@ -53,7 +55,14 @@ CPU = Device(
 CUDA = Device(
     name="cuda",
     tensor_type="cuda",
-    capabilities=Capabilities(dtypes=LOOP_DTYPES, indirect_loads=False, symbolic_sizes=True),
+    capabilities=Capabilities(
+        dtypes=LOOP_DTYPES,
+        indirect_loads=False,
+        symbolic_sizes=True,
+        # well inside a launch's 4 KiB of parameters; Triton's compile time grows with a
+        # kernel's length, and a group this size compiles in seconds
+        horizontal=128,
+    ),
     rewrites=(
         "functionalize_restrides",
         "fake_metadata",

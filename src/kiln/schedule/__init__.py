@@ -5,7 +5,8 @@ inlining, and the ordered steps (`Alloc`, `Kernel`, `ExternCall`, `Alias`, `Free
 codegen renders one-to-one into the wrapper program and the kernels.
 
 Files: realize.py (dead code, views, which pointwise nodes get a buffer, inlining),
-fusion.py (kernels: which nodes share a loop, and why not), inplace.py (mutated inputs
+fusion.py (kernels: which nodes share a loop, and why not), horizontal.py (independent
+pointwise kernels run side by side in one), inplace.py (mutated inputs
 written in place), memory.py (lifetimes and reuse),
 arena.py (the block that holds intermediates from call to call), fuel.py (the optimization
 budget for bisecting miscompiles).
@@ -23,6 +24,7 @@ from ..lower.verify import verify
 from .arena import Arena, plan_arena
 from .fuel import Fuel
 from .fusion import ExternCall, Kernel, Member, fuse
+from .horizontal import group_horizontally
 from .inplace import inplace_outputs
 from .memory import Alias, Alloc, Free, PlanStep, plan_memory
 from .realize import eliminate_dead, inline_pointwise, materialize_views
@@ -51,13 +53,16 @@ def schedule(
     out_externs: frozenset = frozenset(),
     arena: bool = False,
     mutations: Mapping[str, str] | None = None,
+    horizontal: int = 0,
 ) -> Schedule:
     """`out_externs`: extern targets the renderer calls with `out=` (see memory.py);
     `arena`: place the intermediates in one block the wrapper keeps between calls (arena.py);
     `mutations`: {output: input} for outputs that are new values of mutated inputs, which
-    the caller would copy into them (written in place where safe: inplace.py)."""
+    the caller would copy into them (written in place where safe: inplace.py);
+    `horizontal`: the most buffer arguments of a horizontal kernel (horizontal.py), 0 for
+    none."""
     with using_hints(graph.hints):
-        return _schedule(graph, fuel, verify_ir, out_externs, arena, mutations or {})
+        return _schedule(graph, fuel, verify_ir, out_externs, arena, mutations or {}, horizontal)
 
 
 def _schedule(
@@ -67,6 +72,7 @@ def _schedule(
     out_externs: frozenset,
     arena: bool,
     mutations: Mapping[str, str],
+    horizontal: int = 0,
 ) -> Schedule:
     budget = Fuel(fuel)
 
@@ -78,7 +84,7 @@ def _schedule(
     graph = after("materialize_views", materialize_views(graph))
     graph = after("inline_pointwise", inline_pointwise(graph, budget))
     graph = after("eliminate_dead", eliminate_dead(graph))
-    fused = fuse(graph, budget)
+    fused = group_horizontally(graph, fuse(graph, budget), horizontal, budget)
     steps = plan_memory(graph, fused, out_externs, inplace_outputs(graph, fused, mutations))
     result = Schedule(graph, steps, plan_arena(graph, steps) if arena else Arena())
     logs.log("schedule", lambda: f"schedule ({budget}):\n{result}\n{result.arena}")

@@ -65,8 +65,13 @@ class Kernel:
     inner: int
     members: tuple[Member, ...]
     local: frozenset = frozenset()  # members whose values never leave the kernel
+    # a horizontal kernel (horizontal.py): the independent kernels it runs side by side
+    parts: tuple[Kernel, ...] = ()
 
     def __str__(self) -> str:
+        if self.parts:
+            inner = "\n".join(f"  part {p}" for p in self.parts)
+            return f"{self.name}: horizontal, {len(self.parts)} parts\n{inner}"
         ms = ", ".join(str(m) for m in self.members)
         loc = f" local={{{', '.join(sorted(self.local))}}}" if self.local else ""
         return f"{self.name}: rows={self.outer} x inner={self.inner} [{ms}]{loc}"

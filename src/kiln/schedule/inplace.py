@@ -15,7 +15,8 @@ An output is written in place only when no read of the old value can come after 
 every node that reads the input (or a view of it) runs in an earlier step, or is a pointwise
 member of the writing kernel placed no later than the output and reading the input at the
 element it computes itself (so each element is read before it is overwritten). The output
-must be a pointwise kernel member (not kernel-local), returned once, with exactly the input's
+must be a pointwise kernel member (not kernel-local), returned once, read in no other part
+of a horizontal kernel (horizontal.py: the parts run at once), with exactly the input's
 size, strides and dtype, and the input must not be returned itself. Each refusal is logged
 under `KILN_LOGS=schedule`.
 """
@@ -92,11 +93,18 @@ def _refusal(
             continue
         if k > at:
             return f"{reader} reads it after {kernel.name} writes it"
+        if kernel.parts and _part(kernel, reader) != _part(kernel, name):
+            # the parts of a horizontal kernel run at once: no order between them
+            return f"{reader} reads it in another part of {kernel.name} (horizontal.py)"
         if order.index(reader) > order.index(name):
             return f"{reader} reads it after {name} in {kernel.name}"
         if via != inp or not _reads_own_element(member_node(nodes, reader), inp, node):
             return f"{reader} reads it at another element than it computes"
     return ""
+
+
+def _part(kernel: Kernel, name: str) -> int:
+    return next(i for i, p in enumerate(kernel.parts) if any(m.name == name for m in p.members))
 
 
 def _readers(

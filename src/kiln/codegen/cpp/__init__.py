@@ -13,7 +13,7 @@ from ...lazy_exports import lazy_exports
 _WHERE = {
     "CppKernel": ".renderer",
     "CppModule": ".renderer",
-    "render_module": ".renderer",
+    "render_module": ".module",
 }
 
 

@@ -16,7 +16,8 @@ from ...runtime.cpp_builder import CompilerNotFound, find_compiler
 from ..bindings import op_names
 from ..wrapper import WrapperProgram, render_wrapper
 from .load import load
-from .renderer import CppModule, render_module
+from .module import render_module
+from .renderer import CppModule
 
 
 class CppCodeGen:

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import sympy
 import torch
 
-from ... import trace
 from ...lower.indexing import (
     delinearize,
     index_vars,
@@ -53,13 +52,12 @@ from ...lower.ir import (
     walk,
 )
 from ...lower.ops import costly_count
-from ...lower.symbolic import hint, is_symbolic, using_hints
-from ...schedule import Alloc, Kernel, Schedule
+from ...lower.symbolic import hint, is_symbolic
+from ...schedule import Kernel
 from .ops import (
     CTYPES,
     HALF_TYPES,
     OP_TEMPLATES,
-    PRELUDE,
     REDUCTION_COMBINE,
     REDUCTION_INIT,
     compute_ctype,
@@ -255,7 +253,7 @@ def _inner_loop(
     start, end, body = piece or (0, k.kernel.inner, None)
     tail = None if piece else _tail(k, members)
     if tail:  # the row as (the rest) x (its last dimension), the last one vectorized
-        if "parallel" in pragma:
+        if " for" in pragma:  # shared among threads: the outer loop is
             lines.append(f"{ind}{pragma.replace(' simd', '')}")
         first = k.nodes[members[0].name]
         rest = sympy_str(sympy.Mul(*first.size[members[0].split : -1]))  # = end / tail
@@ -433,8 +431,6 @@ def render_kernel(kernel: Kernel, nodes: dict, aliased: frozenset = frozenset())
     """`aliased`: buffers that share memory with another one (schedule/inplace.py)."""
     k = _KernelContext(kernel, nodes)
     k.aliased = aliased
-    body: list[str] = []
-    ind = "    "
     numel = kernel.outer * kernel.inner
     only_inner = all(isinstance(nodes[m.name], Pointwise) and not m.per_row for m in kernel.members)
     if is_symbolic(numel):
@@ -449,6 +445,24 @@ def render_kernel(kernel: Kernel, nodes: dict, aliased: frozenset = frozenset())
         flat_parallel = kernel.outer == 1 and only_inner and numel >= PARALLEL_MIN_ELEMENTS
     if not is_symbolic(numel) and _is_column_kernel(kernel, nodes):
         return _render_columns(k, parallel_rows)
+    pragma = "#pragma omp parallel for simd" if flat_parallel else "#pragma omp simd"
+    loop = kernel_loop(k, pragma + _omp_if(flat_parallel))
+    params = tuple(k.params)
+    sizes = _size_params(loop)
+    lines = [f'extern "C" void {kernel.name}({_signature(k, nodes, params, sizes)}) {{']
+    if parallel_rows:
+        lines.append("  #pragma omp parallel for" + _omp_if(parallel_rows))
+    lines.extend(loop)
+    lines.append("}")
+    return CppKernel(kernel.name, params, "\n".join(lines), sizes)
+
+
+def kernel_loop(k: _KernelContext, flat_pragma: str) -> list[str]:
+    """The kernel's loop over its rows, each member's block inside; `flat_pragma` heads each
+    loop over a row's elements (`omp simd`, or a pragma that also shares it among threads)."""
+    kernel, nodes = k.kernel, k.nodes
+    body: list[str] = []
+    ind = "    "
     members = list(kernel.members)
     while members:
         m = members.pop(0)
@@ -463,21 +477,10 @@ def render_kernel(kernel: Kernel, nodes: dict, aliased: frozenset = frozenset())
                 members and not members[0].per_row and isinstance(nodes[members[0].name], Pointwise)
             ):
                 group.append(members.pop(0))
-            pragma = "#pragma omp parallel for simd" if flat_parallel else "#pragma omp simd"
-            pragma += _omp_if(flat_parallel)
             pieces = _pieces(k, group)
             for piece in pieces or [None]:
-                _inner_loop(k, group, body, ind, pragma, piece)
-    params = tuple(k.params)
-    loop = [f"  for (int64_t x = 0; x < {sympy_str(kernel.outer)}; ++x) {{", *body]
-    sizes = _size_params(loop)
-    lines = [f'extern "C" void {kernel.name}({_signature(k, nodes, params, sizes)}) {{']
-    if parallel_rows:
-        lines.append("  #pragma omp parallel for" + _omp_if(parallel_rows))
-    lines.extend(loop)
-    lines.append("  }")
-    lines.append("}")
-    return CppKernel(kernel.name, params, "\n".join(lines), sizes)
+                _inner_loop(k, group, body, ind, flat_pragma, piece)
+    return [f"  for (int64_t x = 0; x < {sympy_str(kernel.outer)}; ++x) {{", *body, "  }"]
 
 
 def _dtype(node):
@@ -594,17 +597,6 @@ def _render_columns(k: _KernelContext, parallel: bool | str) -> CppKernel:
     lines.append("  }")
     lines.append("}")
     return CppKernel(kernel.name, params, "\n".join(lines), sizes)
-
-
-@trace.timed("render")
-def render_module(sched: Schedule) -> CppModule:
-    nodes = sched.graph.node_map()
-    with using_hints(sched.graph.hints):
-        into = [(a.name, a.into) for a in sched.steps if isinstance(a, Alloc) and a.into]
-        aliased = frozenset(name for pair in into for name in pair)
-        kernels = tuple(render_kernel(k, nodes, aliased) for k in sched.kernels)
-    source = PRELUDE + "\n" + "\n\n".join(k.source for k in kernels) + "\n"
-    return CppModule(kernels, source)
 
 
 def _shared_values(kernel: Kernel, nodes: dict) -> dict:

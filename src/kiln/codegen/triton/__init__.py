@@ -15,9 +15,9 @@ from ...lazy_exports import lazy_exports
 
 # imported on first use: load.py (a cached graph's load) must not import the renderer
 _WHERE = {
-    "TritonKernel": ".renderer",
-    "TritonModule": ".renderer",
-    "render_module": ".renderer",
+    "TritonKernel": ".kernel",
+    "TritonModule": ".kernel",
+    "render_module": ".module",
     "render_wrapper": ".wrapper",
 }
 

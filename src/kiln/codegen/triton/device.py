@@ -21,8 +21,9 @@ from ...lower.symbolic import hint, using_hints
 from ...runtime.triton_builder import TritonNotFound, prestart, require_triton
 from ...runtime.triton_interpret import is_interpreting
 from ..bindings import op_names
+from .kernel import TritonKernel, TritonModule
 from .load import load
-from .renderer import TritonKernel, TritonModule, render_module
+from .module import render_module
 from .wrapper import render_wrapper
 
 

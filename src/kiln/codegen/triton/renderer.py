@@ -31,16 +31,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
 import sympy
 import torch
 
-from ... import trace
 from ...lower.indexing import index_vars, linearize, reduce_vars
 from ...lower.ir import Const, IndexValue, Load, Op, Pointwise, Reduction, reindex, walk
-from ...lower.symbolic import hint, is_symbolic, using_hints
-from ...schedule import Kernel, Schedule
+from ...lower.symbolic import hint, is_symbolic
+from ...schedule import Kernel
 from .heuristics import Plan, looped_plan, plan
 from .indexing import (
     RINDEX,
@@ -54,7 +52,7 @@ from .indexing import (
     symbolic_extent,
     tl_str,
 )
-from .kernel import TritonKernel, TritonModule
+from .kernel import TritonKernel
 from .ops import (
     BITS,
     HALF_TYPES,
@@ -63,7 +61,6 @@ from .ops import (
     TL_TYPES,
     compute_tl,
     op_template,
-    prelude,
     reduce_identity,
     render_const,
     store_cast,
@@ -457,49 +454,3 @@ def render_kernel(
 
 def _symbol_order(name: str) -> tuple:
     return (len(name), name)  # s2 before s10
-
-
-def _writes_nothing(kernel: Kernel, nodes: dict) -> bool:
-    return all(
-        any(not is_symbolic(d) and int(d) == 0 for d in nodes[m.name].size) for m in kernel.members
-    )
-
-
-@trace.timed("render")
-def render_module(
-    sched: Schedule, emulate_casts: bool = False, interpret: bool = False
-) -> TritonModule:
-    """All kernels of `sched`; `emulate_casts`: round half-typed intermediates like eager;
-    `interpret`: for Triton's interpreter (see ops.prelude)."""
-    nodes = sched.graph.node_map()
-    with using_hints(sched.graph.hints):  # plans of symbolic sizes are made for the hints
-        kernels = tuple(
-            part
-            for k in sched.kernels
-            if not _writes_nothing(k, nodes)
-            for main in [render_kernel(k, nodes, emulate_casts)]
-            for part in (main, main.finish, main.looped)
-            if part is not None
-        )
-    first: dict[str, TritonKernel] = {}
-    same_as: dict[str, str] = {}
-    parts = []
-    for k in kernels:
-        original = first.setdefault(_canonical(k), k)
-        if original is k:
-            parts.append(k.source)
-        else:
-            same_as[k.name] = original.name
-            parts.append(f"{k.name} = {original.name}  # the same code as {original.name}")
-    source = prelude(interpret) + "\n\n" + "\n\n\n".join(parts) + "\n"
-    return TritonModule(kernels, source, same_as)
-
-
-def _canonical(kernel: TritonKernel) -> str:
-    """The kernel's code with its name and parameters named by position. The layers of a
-    transformer or the blocks of a ResNet stage give kernels that differ only there; each is
-    defined and compiled once (GPT-2's 54 kernels a forward are a handful of distinct ones)."""
-    args = kernel.params + kernel.sizes
-    names = {kernel.name: "K", **{p: f"p{i}" for i, p in enumerate(args)}}
-    pattern = r"\b(" + "|".join(re.escape(n) for n in names) + r")\b"
-    return re.sub(pattern, lambda m: names[m.group(0)], kernel.source)
