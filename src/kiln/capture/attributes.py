@@ -29,6 +29,10 @@ def load_attr(interp, obj: Any, name: str, site=None) -> Any:
     """`obj.name` inside the trace. `site` is the frame whose LOAD_ATTR pushes the value: a
     property getter inlined from there can be resumed after a break, like a call."""
     tracer = interp.tracer
+    if tracer.np_traced and id(obj) in tracer.np_traced and tracer.broken is None:
+        from .numpy_trace import attribute
+
+        return attribute(interp, obj, name)  # a traced NumPy value's attribute
     if isinstance(obj, torch.Tensor):
         if name == "grad" and tracer.broken is None:
             return _grad_of(tracer, obj)

@@ -29,6 +29,7 @@ from . import (
     effect_calls,
     environ,
     higher_order,
+    numpy_trace,
 )
 from .attributes import (  # noqa: F401  (re-exported: handlers import them from here)
     STRUCTURE,
@@ -225,6 +226,12 @@ def _is_c_function_apply(fn) -> bool:
 def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
     """Call `fn` inside the trace. `site` is the frame whose CALL receives the result directly
     (no Python code in between); only frames entered that way can be resumed after a break."""
+    tracer = interp.tracer
+    if tracer.np_traced or args and type(args[0]) is torch.Tensor and _numpy_fn(fn):
+        if tracer.broken is None:  # NumPy on traced arrays (numpy_trace.py)
+            out = numpy_trace.call(interp, fn, args, kwargs, _inlinable)
+            if out is not numpy_trace.PASS:
+                return out
     t = type(fn)
     if t is types.FunctionType:
         if args and type(args[0]) is environ.ENVIRON_TYPE:
@@ -528,6 +535,8 @@ def call_builtin(interp, fn, args: tuple, kwargs: dict) -> Any:
 
 def _tensor_method(interp, fn, args: tuple, kwargs: dict) -> Any:
     name = getattr(fn, "__name__", "")
+    if name == "numpy" and interp.tracer.recording:  # an array backed by the traced tensor
+        return numpy_trace.from_tensor(interp, fn.__self__, args, kwargs)
     if name in DATA_METHODS:
         interp.tracer.graph_break(
             f"Tensor.{name}() reads a Python value out of a tensor's data",
@@ -544,6 +553,11 @@ def note_container_mutation(tracer, obj) -> None:
     if src is not None:
         tracer.side_effects.mutate_container(obj, src)
         tracer.effects_visible = True
+
+
+def _numpy_fn(fn) -> bool:
+    mod = getattr(fn, "__module__", None)
+    return type(mod) is str and mod.startswith("numpy") or type(fn).__name__ == "ufunc"
 
 
 def _numpy_in(args: tuple) -> bool:

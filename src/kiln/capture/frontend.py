@@ -30,6 +30,7 @@ from . import (
     calls,
     eager_notice,
     module_tree,
+    numpy_trace,
     user_traceback,
 )
 from .continuations import GraphBreakAt, build_frames, resume_chain
@@ -498,8 +499,10 @@ class Continuation(CompiledFunction):
             src = LocalSource(f"___v{i}")
             if i in self.sized_slots:  # sizes symbolic before the break: symbols here
                 values[i] = tracer.symbolic_value(v, src, sized=True)
-            elif i == self.result_slot:  # t.item(), t.tolist(): guarded by use
-                values[i] = tracer.symbolic_value(v, src)
+            elif i == self.result_slot and type(v).__module__ != "numpy":
+                values[i] = tracer.symbolic_value(v, src)  # t.item(), t.tolist(): by use
+            elif type(v).__module__ == "numpy" and numpy_trace.lift_input(tracer, v, src):
+                pass  # an array or NumPy scalar: a graph input, traced (numpy_trace.py)
             else:
                 tracer.track(v, src)
         frames = build_frames(tracer, self.specs, values)

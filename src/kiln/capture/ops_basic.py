@@ -13,7 +13,7 @@ import types
 import torch
 
 from . import bytecode as bc
-from . import containers, environ
+from . import containers, environ, numpy_trace
 from .attributes import _class_attr
 from .bytecode import NULL, opcode
 from .calls import delete_attr, load_attr, store_attr
@@ -368,6 +368,12 @@ def op_binary_op(interp, frame, inst):
     rhs = frame.stack.pop()
     lhs = frame.stack.pop()
     sym = bc.BINARY_OPS[inst.arg]
+    table = interp.tracer.np_traced
+    if table and (id(lhs) in table or id(rhs) in table) and interp.tracer.recording:
+        out = numpy_trace.binary(interp, BINARY[sym], lhs, rhs)
+        if out is not numpy_trace.PASS:
+            frame.stack.append(out)
+            return
     if sym.endswith("=") and isinstance(lhs, (list, dict, set)):
         _note_container_mutation(interp, lhs)
     frame.stack.append(sym_apply(BINARY[sym], lhs, rhs))
@@ -407,6 +413,11 @@ def compare(interp, sym: str, lhs, rhs):
     method reads (the objects' fields) is guarded; native code would run it unseen."""
     from .calls import interp_call, python_dunder
 
+    table = interp.tracer.np_traced
+    if table and (id(lhs) in table or id(rhs) in table) and interp.tracer.recording:
+        out = numpy_trace.binary(interp, COMPARE[sym], lhs, rhs)
+        if out is not numpy_trace.PASS:
+            return out
     if type(lhs) in _NATIVE_COMPARED and type(rhs) in _NATIVE_COMPARED:
         return sym_apply(COMPARE[sym], lhs, rhs)
     name, reflected = _RICH[sym]
@@ -465,6 +476,8 @@ def op_contains_op(interp, frame, inst):
         found = environ.contains(interp, item)
         frame.stack.append(not found if inst.arg else found)
         return
+    if interp.tracer.np_traced:
+        numpy_trace.data_read(interp, container, "`in`")
     fn = python_dunder(container, "__contains__")
     if fn is None and isinstance(container, containers.LOOKED_IN):
         containers.pin_lookup(interp.tracer, container, item)
@@ -472,24 +485,38 @@ def op_contains_op(interp, frame, inst):
     frame.stack.append(not found if inst.arg else found)
 
 
+def _unary(interp, frame, fn):
+    value = frame.stack.pop()
+    if interp.tracer.np_traced and id(value) in interp.tracer.np_traced:
+        if interp.tracer.recording:  # a traced NumPy value (numpy_trace.py)
+            out = numpy_trace.unary(interp, fn, value)
+            if out is not numpy_trace.PASS:
+                frame.stack.append(out)
+                return
+    frame.stack.append(fn(value))
+
+
 @opcode("UNARY_NEGATIVE")
 def op_unary_negative(interp, frame, inst):
-    frame.stack.append(-frame.stack.pop())
+    _unary(interp, frame, operator.neg)
 
 
 @opcode("UNARY_NOT")
 def op_unary_not(interp, frame, inst):
-    frame.stack.append(not frame.stack.pop())
+    value = frame.stack.pop()
+    if interp.tracer.np_traced:
+        numpy_trace.data_read(interp, value, "`not`")
+    frame.stack.append(not value)
 
 
 @opcode("UNARY_INVERT")
 def op_unary_invert(interp, frame, inst):
-    frame.stack.append(~frame.stack.pop())
+    _unary(interp, frame, operator.invert)
 
 
 @opcode("UNARY_POSITIVE", until=(3, 12))
 def op_unary_positive(interp, frame, inst):
-    frame.stack.append(+frame.stack.pop())
+    _unary(interp, frame, operator.pos)
 
 
 # ---- subscripts --------------------------------------------------------------------------------
@@ -505,6 +532,15 @@ def subscript(interp, container, key):
     from .symbolic import plain
 
     key = plain(key)
+    tracer = interp.tracer
+    if (
+        tracer.np_traced
+        and tracer.recording
+        and (id(container) in tracer.np_traced or numpy_trace.has_traced(tracer, (key,)))
+    ):
+        out = numpy_trace.subscript(interp, container, key)
+        if out is not numpy_trace.PASS:
+            return out
     fn = python_dunder(container, "__getitem__")
     if fn is not None:
         return interp_call(interp, fn, (container, key), {})
@@ -540,6 +576,12 @@ def op_store_subscr(interp, frame, inst):
     key = frame.stack.pop()
     container = frame.stack.pop()
     value = frame.stack.pop()
+    tracer = interp.tracer
+    if tracer.np_traced and tracer.recording and type(container).__module__ == "numpy":
+        if numpy_trace.has_traced(tracer, (container, key, value)):
+            out = numpy_trace.store_subscript(interp, container, key, value)
+            if out is not numpy_trace.PASS:
+                return
     if type(container) not in (list, dict) and not isinstance(container, torch.Tensor):
         from .calls import interp_call, python_dunder
 

@@ -141,6 +141,10 @@ _CONVERSIONS = {0: None, 1: str, 2: repr, 3: ascii}
 def op_format_value(interp, frame, inst):
     spec = frame.stack.pop() if inst.arg & 0x04 else ""
     value = frame.stack.pop()
+    if interp.tracer.np_traced:
+        from .numpy_trace import data_read
+
+        data_read(interp, value, "formatting")
     conv = _CONVERSIONS[inst.arg & 0x03]
     if conv is not None:
         value = conv(value)
@@ -149,6 +153,10 @@ def op_format_value(interp, frame, inst):
 
 @opcode("FORMAT_SIMPLE", since=(3, 13))
 def op_format_simple(interp, frame, inst):
+    if interp.tracer.np_traced:
+        from .numpy_trace import data_read
+
+        data_read(interp, frame.stack[-1], "formatting")
     frame.stack.append(format(frame.stack.pop(), ""))
 
 

@@ -21,6 +21,10 @@ def _truth(interp, frame, inst, value, fall_through: int | None = None) -> bool:
     from .continuations import GraphBreakAt, ResumableBreak, branch_targets, chain_of
 
     try:
+        if interp.tracer.np_traced:  # `if a.any():` of a traced NumPy value: a break
+            from .numpy_trace import data_read
+
+            data_read(interp, value, "a branch on its truth")
         return bool(value)
     except ResumableBreak as brk:
         target, nxt, jump_if_true = branch_targets(frame, inst)
@@ -38,6 +42,10 @@ def op_to_bool(interp, frame, inst):
     if nxt.opname in ("POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE"):
         frame.stack.append(_truth(interp, frame, nxt, value, fall_through=frame.pc + 1))
     else:
+        if interp.tracer.np_traced:
+            from .numpy_trace import data_read
+
+            data_read(interp, value, "bool()")
         frame.stack.append(bool(value))
 
 
@@ -96,6 +104,13 @@ def op_get_iter(interp, frame, inst):
     from .calls import interp_call, python_dunder
 
     obj = frame.stack.pop()
+    if interp.tracer.np_traced and id(obj) in interp.tracer.np_traced and interp.tracer.recording:
+        from .numpy_trace import PASS, iterate
+
+        rows = iterate(interp, obj)  # a traced array's rows, each traced
+        if rows is not PASS:
+            frame.stack.append(rows)
+            return
     fn = python_dunder(obj, "__iter__")
     frame.stack.append(iter(interp_call(interp, fn, (obj,), {})) if fn else iter(obj))
 

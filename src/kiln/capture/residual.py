@@ -79,6 +79,16 @@ class Rebuilder:
             if node.op == "get_attr":
                 return self.namer.const(value)
             return self.output_of(node)
+        if tracer.np_traced and id(value) in tracer.np_traced:
+            from .numpy_trace import numpy_of, rebuild_parts
+
+            src = tracer.source_of(value)
+            if src is not None:  # an input (numpy_trace.lift_input): the same object
+                return src.expr(self.namer)
+            t, scalar = rebuild_parts(tracer, value)
+            if id(value) in self._memo:
+                return self._memo[id(value)]
+            return self._let(value, f"{self.namer.const(numpy_of)}({self.expr(t)}, {scalar})")
         if isinstance(value, _Sym):
             node = value._node
             if node.op == "placeholder":

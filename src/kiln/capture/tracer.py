@@ -115,6 +115,7 @@ class Tracer:
         self._first_op: fx.Node | None = None  # placeholders go before it
         self._examples: list[tuple[fx.Node, tuple | None]] = []  # see example_values
         self._numpy_args = False  # the call being recorded has a NumPy argument
+        self.np_traced: dict[int, tuple] = {}  # id -> (array, backing tensor): numpy_trace.py
         self.inference_read = False  # the trace read `is_inference()` (inference_guard)
         self.offset_read = False  # the trace read a `storage_offset()` (offset_guard)
         self.data_sized = data_sizes.DataSized()  # nonzero's, x[mask]'s outputs and their uses
