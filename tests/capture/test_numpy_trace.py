@@ -381,3 +381,29 @@ def test_indexing_a_python_list_with_an_array_value_is_a_break():
     for _ in range(4):
         x = torch.randn(5)
         torch.testing.assert_close(cf(x, table), index_a_list(x, table))
+
+
+def out_store(x):
+    a = x.numpy()
+    np.add(a, 1, out=a)  # not modelled: breaks before NumPy runs it, so it runs once
+    return x * 2
+
+
+def shuffled(x):
+    a = (x * 1).numpy()
+    np.random.shuffle(a)
+    return torch.from_numpy(a) + 1
+
+
+@pytest.mark.parametrize("fn", [out_store, shuffled])
+def test_unmodelled_in_place_numpy_calls_run_once(fn):
+    cf = kiln.compile(fn)
+    for seed in range(3):
+        x = torch.randn(8)
+        x_e = x.clone()
+        np.random.seed(seed)
+        expected = fn(x_e)
+        np.random.seed(seed)
+        got = cf(x)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(x, x_e)

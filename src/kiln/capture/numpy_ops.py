@@ -278,6 +278,12 @@ def call(name: str, args: tuple, kwargs: dict, od: torch.dtype, method: bool) ->
     return impl(args, kwargs, od, method)
 
 
+def modelled(name: str) -> bool:
+    """Is `np.<name>` / `ndarray.<name>` one of the calls `call` models?"""
+    name = ALIASES.get(name, name)
+    return name in REDUCTIONS or name in _FUNCS
+
+
 def _tensor(x, name: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise Unmodelled(f"numpy.{name} of a {type(x).__name__}")

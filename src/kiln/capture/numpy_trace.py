@@ -31,8 +31,12 @@ import functools
 import operator
 from dataclasses import dataclass
 
-import numpy as np
 import torch
+
+try:
+    import numpy as np
+except ImportError:  # kiln runs without NumPy: no array can then be made, nor reach a hook
+    np = None  # type: ignore[assignment]
 
 from . import guards as G
 from . import numpy_ops as ops
@@ -297,9 +301,10 @@ def call(interp, fn, args: tuple, kwargs: dict, inlined):
         return PASS
     if _member(fn, _TORCH_FROM):
         return _to_tensor(interp, fn, args, kwargs)
-    if fn is len and len(args) == 1:
+    single = len(args) == 1 and not kwargs and traced(tracer, args[0]) is not None
+    if fn is len and single:
         return len(args[0]) if args[0].ndim == 0 else _sym_len(interp, args[0])
-    if fn is abs and len(args) == 1:
+    if fn is abs and single:
         return unary(interp, operator.abs, args[0])
     if _passes(fn, args, inlined):
         return PASS
@@ -378,7 +383,10 @@ def _from_tensor_call(interp, fn, args: tuple, kwargs: dict):
         return _break(tracer, f"numpy.{_name(fn)} of a tensor", fn(*args, **kwargs))
     with torch._C.DisableTorchFunction():
         expected = fn(*args, **kwargs)  # eager's errors (a tensor that requires grad...)
-    od = _torch_dtype(expected.dtype)
+    try:
+        od = _torch_dtype(expected.dtype)
+    except ops.Unmodelled as e:
+        return _break(tracer, f"numpy.{_name(fn)} of a tensor", expected, str(e))
     r = t.to(od)
     if _name(fn) == "array" and kwargs.get("copy", True) and r is t:
         r = t.clone()
@@ -389,8 +397,14 @@ def _numpy_function(interp, fn, args: tuple, kwargs: dict):
     name = _name(fn)
     label = f"numpy.{name}"
     tracer = interp.tracer
+    # What is not modelled breaks before NumPy runs it here (an `out=` store, a shuffle): the
+    # plain-Python step after the break runs it, once.
+    if kwargs.get("out") is not None or "where" in kwargs:
+        return _break(tracer, label, PASS, "with out= or where=")
     if type(fn) is np.ufunc:
         name = ops.ALIASES.get(name, name)
+        if len(args) != fn.nin or name not in ops.UNARY and name not in ops.BINARY:
+            return _break(tracer, label, PASS)
 
         def model(targs, tkw, od, expected):
             cd = _compute_dtype(name, args, expected)
@@ -412,6 +426,8 @@ def _numpy_function(interp, fn, args: tuple, kwargs: dict):
     def model(targs, tkw, od, expected):
         return ops.call(name, targs, tkw, od, method=False)
 
+    if getattr(fn, "__module__", None) != "numpy" or not ops.modelled(name):
+        return _break(tracer, label, PASS)  # (np.linalg, np.random, np.sort...)
     if name in ("asarray", "asanyarray") and args and traced(tracer, args[0]) is not None:
         if not kwargs or kwargs == {"dtype": None}:
             return args[0]  # the same object, as NumPy returns it
@@ -424,8 +440,8 @@ def _method(interp, arr, fn, args: tuple, kwargs: dict):
     label = f"ndarray.{name}"
     if name in _DATA_METHODS:
         return _break(tracer, label, PASS, "it reads the array's data in Python")
-    if name in _IN_PLACE_METHODS:
-        return _break(tracer, label, PASS, "an in-place method kiln does not model")
+    if kwargs.get("out") is not None or not ops.modelled(name):
+        return _break(tracer, label, PASS)  # before NumPy runs it (an in-place `a.sort()`)
 
     def model(targs, tkw, od, expected):
         return ops.call(name, targs, tkw, od, method=True)
@@ -434,7 +450,6 @@ def _method(interp, arr, fn, args: tuple, kwargs: dict):
 
 
 _DATA_METHODS = {"item", "tolist", "tobytes", "tofile", "dump", "dumps", "__array__"}
-_IN_PLACE_METHODS = {"fill", "sort", "put", "itemset", "resize", "setfield", "partition"}
 
 
 def _to_tensor(interp, fn, args: tuple, kwargs: dict):
