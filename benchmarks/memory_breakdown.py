@@ -10,7 +10,8 @@ compiler) with, for one step after warm-up:
   (resp. the whole step: forward, loss, backward), above what was alive before it. On the CPU
   counted by `LiveBytes`, a dispatch mode that sees every tensor an ATen op or a wrapper's
   `empty_strided` makes and drops it when its storage dies; on CUDA
-  `torch.cuda.max_memory_allocated` above the memory allocated before;
+  `torch.cuda.max_memory_allocated` above the memory allocated before. torch.compile runs a frame
+  eagerly under a Python dispatch mode, so its CPU peaks are left empty (they would be eager's);
 - kept: bytes allocated during the first call (the compile) that stay alive after it, on the
   CPU: constants a compiler made (folded weights, copies of parameters), arenas, caches;
 - arena: bytes kiln's arena blocks hold between calls (CPU; `kiln.runtime.arenas.held_bytes`),
@@ -248,11 +249,18 @@ def measure(model_name: str, compiler: str, device: str, large: bool, warmup: in
         return out
 
     row = {"model": model_name, "compiler": compiler, "device": device}
-    with LiveBytes() as first:
+    # torch.compile runs a frame eagerly while a Python dispatch mode is active (as LiveBytes
+    # is), so its first call (the compile) runs outside one, and on the CPU its peaks cannot be
+    # counted this way at all: those cells stay empty rather than report eager's bytes.
+    counted = not cuda and compiler != "torch"
+    if counted:
+        with LiveBytes() as first:
+            step(batches[0])
+    else:
         step(batches[0])
     model.zero_grad(set_to_none=True)
     gc.collect()
-    row["kept"] = None if cuda else first.now
+    row["kept"] = first.now if counted else None
     for b in batches[1:warmup]:
         step(b)
         model.zero_grad(set_to_none=True)
@@ -269,10 +277,12 @@ def measure(model_name: str, compiler: str, device: str, large: bool, warmup: in
             out = run()
             torch.cuda.synchronize()
             row[phase] = torch.cuda.max_memory_allocated() - base
-        else:
+        elif counted:
             with LiveBytes() as live:
                 out = run()
             row[phase] = live.peak
+        else:
+            out, row[phase] = run(), None
         del out
     if compiler == "kiln" and not cuda:
         from kiln.runtime.arenas import held_bytes
