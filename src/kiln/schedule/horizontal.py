@@ -16,8 +16,8 @@ CPU) per shape, most of them over a few thousand elements. Grouped, it pays a fe
 Rules (each refusal is logged under `KILN_LOGS=schedule`, each grouping spends one unit of
 fuel):
 * a part is a kernel of pointwise members only (no reductions, no per-row members, no values
-  kept inside the kernel), of static sizes and more than zero elements, that reads nothing
-  transposed (such a kernel is tiled alone on the GPU);
+  kept inside the kernel), of more than zero elements, that reads nothing transposed (such a
+  kernel is tiled alone on the GPU); graphs of symbolic sizes are not grouped;
 * parts of one group have the same member dtypes (one group per dtype signature);
 * a kernel joins a group only if every buffer it reads is computed before the group's first
   part: it never depends on a part (the parts run at once), and moving it up to that place
@@ -56,6 +56,11 @@ def group_horizontally(
     """`steps` with groups of independent pointwise kernels combined (module doc);
     `max_args` <= 0: no grouping (a device whose renderer has no horizontal kernels)."""
     if max_args <= 0:
+        return steps
+    if graph.symbolic:
+        # a static kernel may still index a buffer through symbolic strides; the renderers'
+        # horizontal kernels take no size arguments
+        logs.log("schedule", "no horizontal groups: the graph's sizes are symbolic")
         return steps
     nodes = graph.node_map()
     step_of = _step_of(steps, nodes)
