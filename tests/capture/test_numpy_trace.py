@@ -407,3 +407,18 @@ def test_unmodelled_in_place_numpy_calls_run_once(fn):
         got = cf(x)
         torch.testing.assert_close(got, expected)
         torch.testing.assert_close(x, x_e)
+
+
+def dynamic_sizes(x):
+    a = x.numpy()
+    b = np.sin(a) + a.sum(axis=0) / a.shape[0]  # a size is a weak Python int: float32 stays
+    return torch.from_numpy(b) * 2, a.reshape(-1)[: len(a)].mean(), a.T
+
+
+def test_dynamic_sizes_stay_symbolic_and_dtypes_stay_numpys():
+    backend = CountingBackend()
+    cf = kiln.compile(dynamic_sizes, backend=backend, dynamic=True, fullgraph=True)
+    for n in (3, 5, 7, 4):
+        x = torch.randn(n, 4)
+        assert_np_same(cf(x), dynamic_sizes(x.clone()))
+    assert len(backend.graphs) == 1  # one graph serves every size

@@ -41,6 +41,7 @@ except ImportError:  # kiln runs without NumPy: no array can then be made, nor r
 from . import guards as G
 from . import numpy_ops as ops
 from .sources import Namer, Source
+from .symbolic import _Sym
 
 PASS = object()  # "not a traced NumPy call: go on as usual"
 _HINT = "keep the values in tensors, or move this code out of the compiled function"
@@ -259,6 +260,19 @@ def _run(tracer, label: str, native, model, args: tuple, kwargs: dict):
     return _finish(tracer, r, expected, inputs, label)
 
 
+def _real(x, depth: int = 0):
+    """`x` as NumPy's own run sees it: symbolic sizes as the plain ints they hold (unguarded:
+    that run only gives this call's dtypes and values; the graph gets the symbols), so a size
+    stays a weak Python int in NumPy's promotion."""
+    if isinstance(x, _Sym):
+        return x._plain()
+    if type(x) is slice:
+        return slice(_real(x.start), _real(x.stop), _real(x.step))
+    if depth < 2 and type(x) in (list, tuple):
+        return type(x)(_real(v, depth + 1) for v in x)
+    return x
+
+
 def _flat(values: tuple):
     for v in values:
         if type(v) in (list, tuple):
@@ -410,7 +424,9 @@ def _numpy_function(interp, fn, args: tuple, kwargs: dict):
             cd = _compute_dtype(name, args, expected)
             return ops.ufunc(name, targs, tkw, od, cd)
 
-        return _run(tracer, label, lambda: fn(*args, **kwargs), model, args, kwargs)
+        return _run(
+            tracer, label, lambda: fn(*_real(args), **_real_kw(kwargs)), model, args, kwargs
+        )
     if isinstance(fn, type):  # np.float32(a): a conversion
         if len(args) != 1 or kwargs:
             return _break(tracer, label, PASS)
@@ -431,7 +447,11 @@ def _numpy_function(interp, fn, args: tuple, kwargs: dict):
     if name in ("asarray", "asanyarray") and args and traced(tracer, args[0]) is not None:
         if not kwargs or kwargs == {"dtype": None}:
             return args[0]  # the same object, as NumPy returns it
-    return _run(tracer, label, lambda: fn(*args, **kwargs), model, args, kwargs)
+    return _run(tracer, label, lambda: fn(*_real(args), **_real_kw(kwargs)), model, args, kwargs)
+
+
+def _real_kw(kwargs: dict) -> dict:
+    return {k: _real(v) for k, v in kwargs.items()} if kwargs else kwargs
 
 
 def _method(interp, arr, fn, args: tuple, kwargs: dict):
@@ -446,7 +466,8 @@ def _method(interp, arr, fn, args: tuple, kwargs: dict):
     def model(targs, tkw, od, expected):
         return ops.call(name, targs, tkw, od, method=True)
 
-    return _run(tracer, label, lambda: fn(*args, **kwargs), model, (arr, *args), kwargs)
+    native = lambda: fn(*_real(args), **_real_kw(kwargs))  # noqa: E731
+    return _run(tracer, label, native, model, (arr, *args), kwargs)
 
 
 _DATA_METHODS = {"item", "tolist", "tobytes", "tofile", "dump", "dumps", "__array__"}
@@ -490,7 +511,8 @@ def binary(interp, fn, lhs, rhs):
         cd = _compute_dtype(name, (lhs, rhs), expected)
         return ops.ufunc(name, targs, {}, od, cd)
 
-    return _run(tracer, f"operator {fn.__name__}", lambda: fn(lhs, rhs), model, (lhs, rhs), {})
+    native = lambda: fn(_real(lhs), _real(rhs))  # noqa: E731
+    return _run(tracer, f"operator {fn.__name__}", native, model, (lhs, rhs), {})
 
 
 def _operand(x) -> bool:
@@ -520,7 +542,7 @@ def _inplace(interp, fn, base, lhs, rhs):
     name = ops.OPERATORS[base]
     if not _operand(rhs):
         return _break(tracer, f"operator {fn.__name__}", PASS, "with this operand")
-    expected = fn(lhs.copy(), rhs)  # eager's result, and eager's errors
+    expected = fn(lhs.copy(), _real(rhs))  # eager's result, and eager's errors
 
     def model(targs, tkw, od, _):
         cd = _torch_dtype(np.result_type(lhs, _dtype_probe(rhs)))
@@ -559,7 +581,8 @@ def subscript(interp, arr, key):
     def model(targs, tkw, od, expected):
         return targs[0][tkey]
 
-    return _run(tracer, "indexing", lambda: arr[key], model, (arr, *_key_arrays(key)), {})
+    native = lambda: arr[_real(key)]  # noqa: E731
+    return _run(tracer, "indexing", native, model, (arr, *_key_arrays(key)), {})
 
 
 def _key_arrays(key) -> tuple:
@@ -572,10 +595,10 @@ def _index(tracer, key):
     if type(key) is tuple:
         parts = [_index(tracer, k) for k in key]
         return _BAD if any(p is _BAD for p in parts) else tuple(parts)
-    if key is None or key is Ellipsis or type(key) is int:
+    if key is None or key is Ellipsis or _int(key):
         return key
     if type(key) is slice:
-        if not all(type(v) in (int, type(None)) for v in (key.start, key.stop, key.step)):
+        if not all(v is None or _int(v) for v in (key.start, key.stop, key.step)):
             return _BAD
         return _BAD if key.step is not None and key.step < 0 else key
     if isinstance(key, (np.ndarray, np.generic)):
@@ -591,6 +614,11 @@ def _index(tracer, key):
 _BAD = object()
 
 
+def _int(v) -> bool:
+    """A Python int, or a symbolic size (an int subclass), not a bool (NumPy's `a[True]`)."""
+    return isinstance(v, int) and type(v) is not bool
+
+
 def store_subscript(interp, arr, key, value):
     """`arr[key] = value` of a traced array: a recorded index store into its tensor."""
     tracer = interp.tracer
@@ -603,7 +631,7 @@ def store_subscript(interp, arr, key, value):
     if tkey is _BAD or not (_operand(value) or isinstance(value, (list, tuple))):
         return _break(tracer, "an index store", PASS, "with this kind of index or value")
     expected = arr.copy()
-    expected[key] = value  # eager's result, and eager's errors
+    expected[_real(key)] = _real(value)  # eager's result, and eager's errors
 
     def model(targs, tkw, od, _):
         out = targs[0].clone()
