@@ -97,3 +97,25 @@ def test_input_returned_is_not_overwritten_early():
     out, _ = _run_logged(f, x, y)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(x, rx)
+
+
+def _read_then_overwritten(x):
+    y = x.clone()
+    y[0] = 5  # an extern (fill) between the kernel that reads x and the one that writes it
+    x.copy_(y)
+    return x * 3
+
+
+def test_input_read_by_an_earlier_kernel_stays_bound_until_written_into():
+    # The input's last read is a kernel before the extern; the kernel after it writes the new
+    # value into the input itself. The wrapper once freed the input's name after that last
+    # read and then handed it to the writing kernel (UnboundLocalError on every call).
+    torch.manual_seed(4)
+    f = kiln.compile(_read_then_overwritten, fullgraph=True)
+    for _ in range(3):
+        x = torch.randn(3, 3)
+        rx = x.clone()
+        expected = _read_then_overwritten(rx)
+        out = f(x)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(x, rx)

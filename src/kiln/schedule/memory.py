@@ -116,6 +116,9 @@ def plan_memory(
     owner = {v.name: v.base for v in views}
     returned = {o for o in graph.outputs if isinstance(o, str)}
     pinned = returned | {owner.get(o, o) for o in returned} | set(graph.constants)
+    # An input some output is written into (inplace.py) is that output's storage: its name is
+    # handed to the writing kernel, which may come after the input's last read.
+    pinned |= set(into.values())
     # Freed after their last reader like any buffer (the view keeps the storage alive), but
     # never reused: the view may still be read after that.
     shared = viewed_by_externs(graph, owner)
