@@ -110,7 +110,8 @@ def _compile_torch(fn, gm, leaves):
 
 def _built_graphs(fn, leaves, dynamic: bool):
     """`kiln.compile(fn, dynamic=dynamic)`, called once on copies of `leaves`, and what the
-    code generator answered for each graph it was given: a `CompiledGraph` or a `Declined`."""
+    code generator answered for each graph it was given: a `CompiledGraph`, a `Declined` or
+    the exception it raised (the backend then builds per size or runs eagerly)."""
     import kiln
     import kiln.codegen as codegen
 
@@ -118,7 +119,11 @@ def _built_graphs(fn, leaves, dynamic: bool):
     real = codegen.compile_graph
 
     def watched(*a, **k):
-        out = real(*a, **k)
+        try:
+            out = real(*a, **k)
+        except Exception as e:  # the backend falls back; the sweep names the crash
+            built.append(e)
+            raise
         built.append(out)
         return out
 
@@ -144,7 +149,9 @@ def fallbacks(compiled, built) -> list[str]:
     if not built and reason is None:
         out.append("no graph was built")
     for g in built:
-        if isinstance(g, Declined):
+        if isinstance(g, Exception):
+            out.append(f"code generation raised {type(g).__name__}: {_first_line(g)}")
+        elif isinstance(g, Declined):
             out.append(f"declined: {g.reason[:160]}")
         else:
             targets = {str(n.target) for n in g.schedule.graph.nodes if is_fallback(n)}

@@ -38,7 +38,7 @@ from .ir import (
     node_size,
 )
 from .registry import Unsupported
-from .symbolic import from_torch
+from .symbolic import TrueDiv, from_torch
 
 Scalar = Union[bool, int, float]
 
@@ -126,8 +126,8 @@ class LoweringContext:
         if not isinstance(value, BufRef):
             if isinstance(value, (bool, int, float)):
                 return ops.const(value, dtype)
-            if isinstance(value, sympy.Basic) and value.free_symbols:  # a symbolic size
-                return ops.cast(ops.IndexValue(value, torch.int64), dtype)
+            if isinstance(value, sympy.Basic):  # a symbolic size, or float arithmetic on sizes
+                return ops.cast(size_scalar(value), dtype)
             raise Unsupported(f"argument of type {type(value).__name__}")
         vars_ = index_vars(len(size))
         own = self.size(value)
@@ -202,3 +202,30 @@ class LoweringContext:
         if base == ref.name and size == self.size(ref) and index == index_vars(len(size)):
             return ref
         return self.add(View(self.fresh("view"), base, size, node_dtype(node), index))
+
+
+def size_scalar(e: sympy.Basic) -> Expr:
+    """A scalar computed from symbolic sizes as a loop-IR value: an integer expression is one
+    index value; float arithmetic on sizes (`TrueDiv`, float constants: a SymFloat such as
+    batch norm's `n / (n - 1)`) is computed in float64 from its integer parts, as eager
+    computes a SymFloat in Python floats."""
+    if e.is_Integer or (e.free_symbols and e.is_integer):
+        return ops.IndexValue(e, torch.int64) if e.free_symbols else ops.const(int(e), torch.int64)
+    if e.is_Number:
+        return ops.const(float(e), torch.float64)
+    f64 = torch.float64
+    parts = [ops.cast(size_scalar(a), f64) for a in e.args]
+    if isinstance(e, TrueDiv):
+        return ops.div(*parts)
+    if isinstance(e, (sympy.Add, sympy.Mul)):
+        out = parts[0]
+        for p in parts[1:]:
+            out = ops.add(out, p) if isinstance(e, sympy.Add) else ops.mul(out, p)
+        return out
+    if isinstance(e, sympy.Pow) and e.args[1].is_Integer:
+        n = int(e.args[1])
+        out = parts[0]
+        for _ in range(abs(n) - 1):
+            out = ops.mul(out, parts[0])
+        return ops.div(ops.const(1.0, f64), out) if n < 0 else out
+    raise Unsupported(f"a size expression {e} ({type(e).__name__}) as a value")

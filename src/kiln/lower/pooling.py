@@ -21,6 +21,7 @@ from . import ops
 from .indexing import clamp, index_vars
 from .ir import Expr, compute_dtype
 from .registry import Unsupported, register_lowering
+from .symbolic import from_torch
 from .views import _in_range  # lo <= index < hi, as a loop-IR condition
 
 MAX_WINDOW = 25  # unrolled window elements per output (5 x 5)
@@ -46,7 +47,8 @@ def _max_pool2d(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode
     dh, dw = _pair(dilation)
     if kh * kw > MAX_WINDOW:
         raise Unsupported(f"a {kh}x{kw} window (more than {MAX_WINDOW} elements to unroll)")
-    size = tuple(int(s) for s in ctx.out[0].shape)
+    # symbolic output sizes stay expressions: `int()` would bake the first call's sizes in
+    size = tuple(from_torch(s) for s in ctx.out[0].shape)
     height, width = ctx.size(x)[-2:]
     if any(s == 0 for s in size) or height == 0 or width == 0:
         raise Unsupported("pooling an empty tensor")

@@ -28,9 +28,25 @@ class SymbolicUnsupported(Exception):
     """A symbolic value kiln cannot express (an unbacked size, an unknown sympy function)."""
 
 
+class TrueDiv(sympy.Function):
+    """`a / b` as a float (a SymFloat: batch norm's `n / (n - 1)` over a symbolic `n`). Kept
+    unevaluated so that sympy never rewrites it into integer arithmetic; kernels compute it in
+    float64 from the sizes (`lower.context.size_scalar`), never as an index."""
+
+    nargs = 2
+    is_real = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if a.is_Number and b.is_Number and b != 0:
+            return sympy.Float(float(a) / float(b))
+        return None
+
+
 __all__ = [
     "DEFAULT_HINT",
     "SymbolicUnsupported",
+    "TrueDiv",
     "current_hints",
     "from_torch",
     "graph_hints",
@@ -90,6 +106,12 @@ def _translate(e: sympy.Basic) -> sympy.Basic:
     if e.is_Atom:
         return e
     args = [_translate(a) for a in e.args]
+    if type(e).__name__ in ("IntTrueDiv", "FloatTrueDiv"):
+        return TrueDiv(args[0], args[1])
+    if type(e).__name__ == "ToFloat":  # an integer read as a float: kernels convert it
+        return args[0]
+    if isinstance(e, TrueDiv):
+        return TrueDiv(*args)
     if isinstance(e, tf.FloorDiv) or type(e).__name__ in ("CleanDiv", "IntTrueDiv_exact"):
         return FloorDiv(args[0], args[1])
     if isinstance(e, (FloorDiv, ModularIndexing)):  # kiln's own (converted before)
