@@ -106,3 +106,27 @@ def test_float_arithmetic_on_sizes_is_computed_in_the_kernel(monkeypatch):
         )
 
     _check(f, make, SIZES, monkeypatch, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_a_loss_kept_whole_by_symbolic_tracing_is_decomposed(reduction, monkeypatch):
+    # under the Python dispatcher (symbolic AOT tracing) torch's Python meta kept
+    # binary_cross_entropy_with_logits whole: an ATen call at dynamic sizes only
+    def f(x, y, w, pw):
+        return F.binary_cross_entropy_with_logits(x, y, w, reduction=reduction, pos_weight=pw)
+
+    def make(n):
+        return torch.randn(n, 6) * 3, torch.rand(n, 6), torch.rand(n, 6), torch.rand(6) + 0.5
+
+    _check(f, make, SIZES, monkeypatch, rtol=1e-4, atol=1e-5)
+
+
+def test_logsigmoid_and_its_gradient_are_kernels(monkeypatch):
+    # log_sigmoid_forward (and the buffer its backward reads) was an ATen call in both modes
+    def f(x):
+        x = x.detach().requires_grad_()
+        y = F.logsigmoid(x)
+        (g,) = torch.autograd.grad(y.sum(), x)
+        return y, g
+
+    _check(f, lambda n: (torch.randn(n, n + 1) * 4,), SIZES, monkeypatch, rtol=1e-5, atol=1e-6)

@@ -115,6 +115,15 @@ decompose(
     "nll_loss_forward",
     why="small composite: a few pointwise ops",
 )
+decompose(
+    "binary_cross_entropy_with_logits",
+    "log_sigmoid_forward",
+    "log_sigmoid_backward",
+    why="loss of a few pointwise ops and a mean (its decomposition calls log_sigmoid, a few "
+    "pointwise ops too, as is its backward); a static trace already runs ATen's composite "
+    "kernel, but a symbolic one under the Python dispatcher meets torch's Python meta and "
+    "kept the loss whole, an ATen call at dynamic sizes",
+)
 
 
 # kiln's own decompositions, for ops torch._decomp has none for.
