@@ -130,3 +130,26 @@ def test_logsigmoid_and_its_gradient_are_kernels(monkeypatch):
         return y, g
 
     _check(f, lambda n: (torch.randn(n, n + 1) * 4,), SIZES, monkeypatch, rtol=1e-5, atol=1e-6)
+
+
+def test_a_float_size_argument_of_an_extern_call_is_computed_by_the_wrapper(monkeypatch):
+    # matrix_rank's tolerance eps * max(m, n) reaches an ATen call as a SymFloat: the wrapper
+    # could not print it, and the graph fell back to per-size builds
+    def f(x):
+        a = x @ x.mT
+        return torch.linalg.matrix_rank(a, hermitian=True), torch.linalg.matrix_rank(x)
+
+    kiln.reset()
+    watch = Watch(monkeypatch)
+    compiled = kiln.compile(f, dynamic=True, options={"warn_eager": False})
+    for k, n in enumerate(SIZES):
+        x = torch.randn(n + 2, n)
+        x[:, 0] = x[:, 1]  # rank n - 1: the tolerance decides
+        for g, e in zip(compiled(x), f(x), strict=True):
+            assert torch.equal(g, e), (n, g, e)
+        if k == 0:
+            first = len(watch.built)
+    assert watch.built and not any(isinstance(g, (Exception, Declined)) for g in watch.built), (
+        watch.built
+    )
+    assert len(watch.built) == first, "one build serves every size"

@@ -36,6 +36,7 @@ from ..lower.ir import (
     node_dtype,
     node_size,
 )
+from ..lower.symbolic import TrueDiv
 from ..schedule import Alias, Alloc, ExternCall, Free, Kernel, Schedule
 
 
@@ -57,6 +58,12 @@ class _PyPrinter(IndexPrinter):
         return f"{'min' if is_min else 'max'}({a}, {b})"
 
     def doprint(self, e) -> str:
+        # float arithmetic on sizes (a SymFloat argument of an extern call: matrix_rank's
+        # tolerance eps * max(m, n)) is Python arithmetic here, as in eager
+        if isinstance(e, sympy.Number) and not e.is_Integer:
+            return repr(float(e))
+        if isinstance(e, TrueDiv):
+            return f"({self.doprint(e.args[0])} / {self.doprint(e.args[1])})"
         if isinstance(e, (sympy.Min, sympy.Max)):  # one call, however many arguments
             args = ", ".join(self.doprint(a) for a in e.args)
             return f"{'min' if isinstance(e, sympy.Min) else 'max'}({args})"

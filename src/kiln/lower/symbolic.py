@@ -108,8 +108,8 @@ def _translate(e: sympy.Basic) -> sympy.Basic:
     args = [_translate(a) for a in e.args]
     if type(e).__name__ in ("IntTrueDiv", "FloatTrueDiv"):
         return TrueDiv(args[0], args[1])
-    if type(e).__name__ == "ToFloat":  # an integer read as a float: kernels convert it
-        return args[0]
+    if type(e).__name__ == "ToFloat":  # an integer read as a float stays a float
+        return TrueDiv(args[0], sympy.Integer(1))
     if isinstance(e, TrueDiv):
         return TrueDiv(*args)
     if isinstance(e, tf.FloorDiv) or type(e).__name__ in ("CleanDiv", "IntTrueDiv_exact"):
