@@ -105,8 +105,9 @@ def log(artifact: str, message: str | Callable[[], str]) -> None:
             trace.log(artifact, text)
 
 
-def once(key: str, artifact: str, message: str) -> bool:
-    """Log a message the first time `key` is seen; True if it was new."""
+def once(key: str, artifact: str, message: str | Callable[[], str]) -> bool:
+    """Log a message the first time `key` is seen; True if it was new. A callable message is
+    only built when the artifact is on (see `log`)."""
     if key in _seen_once:
         return False
     _seen_once.add(key)

@@ -100,7 +100,7 @@ class AotCompiled:
         fw_compiler: Compiler,
         bw_compiler: Compiler,
         inference_compiler: Compiler,
-        decompositions: dict,
+        decompositions: dict | None,
         partition: str,
         fixed_call_key: bool = False,
         world: FakeWorld | None = None,
@@ -110,7 +110,8 @@ class AotCompiled:
         self.fw_compiler = fw_compiler
         self.bw_compiler = bw_compiler
         self.inference_compiler = inference_compiler
-        self.decompositions = decompositions
+        # None: kiln's table, built on the first trace (an entry the store gives needs none)
+        self._decompositions = decompositions
         self.partition = partition
         self.entries: dict[tuple, Any] = {}
         # symbolic sizes: capture's fake world; the shape environment's guards from index
@@ -130,11 +131,31 @@ class AotCompiled:
         self.only: Any = None
         self.partitions: dict[tuple, Partition] = {}  # training entries' partition records
         self.float_inputs: list[int] = []  # float inputs passed as 0-d tensors
+        self.rewritten = False  # the graph rewrites ran (`_rewrite`, before the first trace)
         # where compiled entries are kept across processes (EntryStore; None: nowhere)
         self.entry_store: EntryStore | None = None
         # called before the first entry is traced and compiled, not when the store gives it
         # (the backend starts its compile workers there: a warm start starts none)
         self.on_compile: Callable[[], None] | None = None
+
+    def _rewrite(self) -> None:
+        """The graph rewrites before AOT tracing (the module doc's `once a graph` passes), run
+        before the first trace rather than in `aot_compile`: an entry the store gives (a warm
+        start) needs none of them, and they run code (a constant mask's subgraph). They are a
+        function of the captured graph and its inputs, so the store keys the graph as captured
+        (backends/warm.py)."""
+        if self.rewritten:
+            return
+        self.rewritten = True
+        notes = simplify_attention_masks(self.gm) + make_tensor_inputs(self.gm, self.float_inputs)
+        for note in notes + rewrite_tensor_scalars(self.gm):
+            logs.log("aot_graphs", note)
+
+    @property
+    def decompositions(self) -> dict:
+        if self._decompositions is None:
+            self._decompositions = decomps.default_decompositions()
+        return self._decompositions
 
     @staticmethod
     def key(args) -> tuple:
@@ -234,6 +255,7 @@ class AotCompiled:
 
     def _trace_entry_now(self, args: list, key: tuple, world: FakeWorld | None):
         self.traces += 1
+        self._rewrite()
         if world is None and needs_shape_env(self.gm):
             world = FakeWorld.static(shape_env=True)
         grad_enabled = torch.is_grad_enabled()
@@ -377,19 +399,18 @@ def aot_compile(
     env = world.shape_env if world is not None else None
     guards_from = len(env.guards) if env is not None else 0  # (capture checks the ones before)
     floats = float_positions(gm, example_inputs)
-    notes = simplify_attention_masks(gm) + make_tensor_inputs(gm, floats)
-    for note in notes + rewrite_tensor_scalars(gm):
-        logs.log("aot_graphs", note)
     if floats:
         example_inputs = as_tensors(example_inputs, floats)
     if decompositions is None:
-        logs.once("aot-decomps", "aot_graphs", "kiln decomposition table:\n" + decomps.describe())
+        logs.once(
+            "aot-decomps", "aot_graphs", lambda: "kiln decomposition table:\n" + decomps.describe()
+        )
     compiled = AotCompiled(
         gm,
         fw_compiler,
         bw_compiler,
         inference_compiler or fw_compiler,
-        decomps.default_decompositions() if decompositions is None else decompositions,
+        decompositions,
         partition,
         fixed_call_key,
         world,

@@ -253,8 +253,9 @@ def _overloads(name: str) -> list:
 def _table() -> tuple[dict, tuple[str, ...]]:
     table: dict = {}
     missing: list[str] = []
+    own = {str(op).removeprefix("aten.") for op in _OWN}  # (named once, not once per name)
     for name in DECOMPOSED:
-        if name in (str(op).removeprefix("aten.") for op in _OWN):
+        if name in own:
             continue
         found = [op for op in _overloads(name) if op in _TORCH_TABLE]
         if not found:

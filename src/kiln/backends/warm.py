@@ -11,10 +11,11 @@ kernels from the builders' content-keyed caches (no compiler runs).
 
 The key of an entry is a SHA-256 of everything the compiled entry depends on:
 
-* the captured graph: its code, each call target's identity (an ATen op or a torch function
-  by name; any other Python function by its compiled code and plain defaults and closure
-  values), the values of its attributes (constant tensors by content, nested graphs by their
-  own key) and the node marks AOT autograd reads (`recompute`);
+* the graph as capture gave it (before AOT autograd's rewrites, which a loaded entry skips):
+  its code, each call target's identity (an ATen op or a torch function by name; any other
+  Python function by its compiled code and plain defaults and closure values), the values of
+  its attributes (constant tensors by content, nested graphs by their own key) and the node
+  marks AOT autograd reads (`recompute`);
 * its inputs as capture described them (types, sizes and strides with symbolic dimensions by
   name, so a graph with dynamic sizes never matches a static one) and the call's inputs as AOT
   autograd receives them (sizes, strides, offsets, dtypes, devices, requires_grad, leaves,
@@ -107,6 +108,11 @@ class WarmStore:
     def key(self, compiled: Any, args: list, entry_key: tuple) -> str | None:
         if entry_key in self.keys:
             return self.keys[entry_key]
+        if self.graph_key is None and compiled.rewritten:
+            # the graph is keyed as captured, before AOT autograd's rewrites (which a loaded
+            # entry skips, autograd/compile.py `_rewrite`): its rewritten form has no key
+            self.keys[entry_key] = None
+            return None
         try:
             if self.graph_key is None:
                 self.graph_key = graph_key(compiled.gm)
@@ -129,9 +135,9 @@ class WarmStore:
         return key
 
     def load(self, compiled: Any, args: list, entry_key: tuple) -> Any:
+        key = self.key(compiled, args, entry_key)  # (first: on the graph as captured)
         if trace.recording() or any(logs.is_on(a) for a in _DETAIL_LOGS):
             return None
-        key = self.key(compiled, args, entry_key)
         store = open_store() if key is not None else None
         if key is None or store is None:
             return None
