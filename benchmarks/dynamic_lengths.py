@@ -3,7 +3,8 @@
 Counts how many graphs kiln compiled and how many `.so` files it built over the 60 lengths,
 checks every call against eager, and compares the steady time per length with a kiln entry
 compiled for that length alone (geomean of dynamic / static over the lengths measured both
-ways, timed call by call alternately, medians).
+ways: both warmed first, the dynamic entry on lengths that are not timed; then rounds that
+visit every timed length and time the two entries alternately in one process, medians).
 
 Two levels:
   --level compile   `kiln.compile(block)` called with each length (capture, AOT autograd and the
@@ -14,7 +15,7 @@ Two levels:
                     traced and compiled at each length.
 
 Usage: PYTHONPATH=src python benchmarks/dynamic_lengths.py [--level compile|graph]
-           [--static-every 5] [--calls 20] [--json out.json]
+           [--static-every 5] [--calls 5] [--rounds 10] [--threads N] [--json out.json]
 Builds go to a fresh cache directory, so every `.so` counted was compiled by this run.
 """
 
@@ -36,6 +37,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 LENGTHS = list(range(17, 257, 4))  # 60 lengths, odd ones, none a multiple of the vector width
+WARM_LENGTHS = (13, 15)  # a fresh dynamic entry's first calls, before timing: never timed
 BATCH, DIM, HEADS = 4, 256, 4
 
 
@@ -59,19 +61,28 @@ class Block(nn.Module):
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
 
-def _steady_pair(dyn, static, x, calls: int) -> tuple[float, float]:
-    """Median seconds a call of `dyn` and of `static`, timed alternately call by call: the
-    machine's load (other processes come and go) then falls on both alike."""
-    for _ in range(3):
-        dyn(x)
-        static(x)
-    d_times, s_times = [], []
+def _timed(fn, x, calls: int) -> list[float]:
+    times = []
     for _ in range(calls):
-        for fn, times in ((dyn, d_times), (static, s_times)):
-            start = time.perf_counter()
-            fn(x)
-            times.append(time.perf_counter() - start)
-    return statistics.median(d_times), statistics.median(s_times)
+        start = time.perf_counter()
+        fn(x)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _steady(dyn, statics: dict, inputs: dict, rounds: int, calls: int) -> dict:
+    """{length: (median s a call of `dyn`, of its static entry)}. Interleaved A/B: every round
+    visits every length and times `calls` calls of the dynamic entry and `calls` of the static
+    one (which goes first alternates by round), so the load other processes put on the machine,
+    which comes and goes, falls on both alike; medians over all rounds."""
+    d_times: dict = {t: [] for t in statics}
+    s_times: dict = {t: [] for t in statics}
+    for r in range(rounds):
+        for t, static in statics.items():
+            pair = ((dyn, d_times), (static, s_times))
+            for fn, times in pair if r % 2 == 0 else pair[::-1]:
+                times[t] += _timed(fn, inputs[t], calls)
+    return {t: (statistics.median(d_times[t]), statistics.median(s_times[t])) for t in statics}
 
 
 class Counter:
@@ -137,11 +148,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--level", choices=("compile", "graph"), default="compile")
     ap.add_argument("--static-every", type=int, default=5, help="static entry every Nth length")
-    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--calls", type=int, default=5, help="calls timed per length and round")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--json")
     args = ap.parse_args()
     import kiln
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     block = Block().eval()
     counter = Counter()
@@ -160,22 +175,29 @@ def main() -> int:
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         first_pass = time.perf_counter() - start
         graphs, builds = counter.snapshot()
-        rows = []
-        for t in LENGTHS[:: args.static_every]:
-            g0, b0 = counter.snapshot()
+        # the static entries, each compiled for its length alone (a fresh compiled function)
+        timed = LENGTHS[:: args.static_every]
+        statics = {}
+        for t in timed:
             if args.level == "compile":
-                kiln.reset()  # an entry for this length alone, in a fresh cache of entries
-                static = kiln.compile(Block().eval(), dynamic=False)
-                static.load_state_dict(block.state_dict())
+                statics[t] = kiln.compile(block, dynamic=False)
             else:
-                static = compiled_for(inputs[t], dynamic=False)
-            torch.testing.assert_close(static(inputs[t]), block(inputs[t]), rtol=1e-4, atol=1e-4)
-            if args.level == "compile":
-                kiln.reset()
-                dyn = kiln.compile(block)  # the dynamic entry again, after the reset
-                for u in LENGTHS[:2]:
-                    dyn(inputs[u])
-            d_s, s_s = _steady_pair(dyn, static, inputs[t], args.calls)
+                statics[t] = compiled_for(inputs[t], dynamic=False)
+            want = block(inputs[t])
+            torch.testing.assert_close(statics[t](inputs[t]), want, rtol=1e-4, atol=1e-4)
+        if args.level == "compile":
+            # a fresh dynamic entry, warmed on lengths that are not timed (its first call makes a
+            # static entry for the first length, as automatic dynamic shapes do), then once at
+            # every timed length (arenas sized, kernels loaded) before any timing
+            dyn = kiln.compile(block)
+            for u in WARM_LENGTHS:
+                dyn(torch.randn(BATCH, u, DIM))
+        for t in timed:
+            for fn in (dyn, statics[t]):
+                for _ in range(3):
+                    fn(inputs[t])
+        rows = []
+        for t, (d_s, s_s) in _steady(dyn, statics, inputs, args.rounds, args.calls).items():
             d_ms, s_ms = d_s * 1e3, s_s * 1e3
             rows.append({"length": t, "dynamic_ms": d_ms, "static_ms": s_ms, "ratio": d_ms / s_ms})
             print(f"T={t:4d}  dynamic {d_ms:8.3f} ms  static {s_ms:8.3f} ms  x{d_ms / s_ms:.3f}")

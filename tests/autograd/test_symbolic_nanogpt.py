@@ -6,6 +6,8 @@ second, at another length, makes the sequence dimension dynamic (automatic dynam
 AOT autograd traces forward and backward once with a symbolic length; every later length reuses
 them. Before, each new length was an AOT trace and a build of its own. Each step's loss and
 every parameter's gradient are compared with eager on a copy of the model.
+The second test does the same through kiln's code generator (C++ kernels with symbolic sizes)
+and counts the graphs it compiled and the C++ builds.
 """
 
 from __future__ import annotations
@@ -75,12 +77,28 @@ def test_nanogpt_trains_at_lengths_64_to_256_with_two_compiles(aot_traces):
     assert len(aot_traces) <= 2, f"{len(aot_traces)} AOT traces"
 
 
-def test_nanogpt_trains_at_new_lengths_through_the_code_generator(aot_traces):
-    # kiln's default backend: the symbolic graphs go to the code generator; one that declines
-    # symbolic sizes is built per length, each build reported (backends/specialize.py)
+def test_nanogpt_trains_at_eight_lengths_through_the_code_generator(aot_traces, monkeypatch):
+    # kiln's default backend, 8 lengths from 64..256: the symbolic forward and backward reach
+    # the code generator once each and are built once (no per-length build or eager fallback),
+    # so the whole run makes 2 compiles and at most 4 graphs for the code generator (a static
+    # forward and backward for the first length, a symbolic pair for every later one)
+    import kiln.codegen as codegen
+    from kiln.runtime import cpp_builder
+
+    graphs: list = []
+    real = codegen.compile_graph
+
+    def counting(*args, **kwargs):
+        graphs.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(codegen, "compile_graph", counting)
     before = len(builtin.fallbacks())
-    cf = _train_at_lengths("inductor", n_layer=1, steps=3, seed=1)
+    builds = cpp_builder.STATS["compiles"] + cpp_builder.STATS["disk_hits"]
+    cf = _train_at_lengths("inductor", n_layer=2, steps=8, seed=1)
     assert cf.compiles <= 2, f"{cf.compiles} compiles"
     assert len(aot_traces) <= 2, f"{len(aot_traces)} AOT traces"
-    new = builtin.fallbacks()[before:]
-    assert all(f.stage == "code generation per size" for f in new), new
+    assert builtin.fallbacks()[before:] == []
+    assert len(graphs) <= 4, f"{len(graphs)} graphs given to the code generator"
+    built = cpp_builder.STATS["compiles"] + cpp_builder.STATS["disk_hits"] - builds
+    assert built <= 4, f"{built} C++ builds"
