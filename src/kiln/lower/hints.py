@@ -52,3 +52,18 @@ def hint(value: object) -> int:
         sub = {s: hints.get(s, DEFAULT_HINT) for s in value.free_symbols}
         return int(value.xreplace(sub))
     return int(value)  # type: ignore[call-overload]
+
+
+def hint_at_least(value: object, floor: int) -> int:
+    """`value` at the hints with every size symbol taken as at least `floor`: for a speed
+    decision that asks whether a size is too short to be worth something (a loop, a tile, a
+    kernel of its own). A symbolic size is the one that changes from call to call, and the size
+    it was first seen at is one of many: a dynamic entry first built at a short length must not
+    give every later, longer one the kernels shaped for short rows (at 15 tokens, the attention
+    heads' transposed split fused with the others into one loop with a division per element)."""
+    if not is_symbolic(value):
+        return hint(value)
+    assert isinstance(value, sympy.Basic)
+    hints = current_hints()
+    sub = {s: max(hints.get(s, DEFAULT_HINT), floor) for s in value.free_symbols}
+    return int(value.xreplace(sub))

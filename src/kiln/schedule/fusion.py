@@ -26,6 +26,7 @@ from typing import Union
 import sympy
 
 from .. import logs
+from ..lower.hints import hint_at_least
 from ..lower.indexing import index_vars, is_size_symbol, memory_steps, reduce_vars
 from ..lower.ir import (
     Extern,
@@ -222,7 +223,8 @@ def transposed_read(
     `at_hints`: symbolic strides and indices are read at the size hints, so that a transposed
     read through a symbolic stride (`768*s0*i0 + 768*i3 + i2`) is seen as one: fusion keeps such
     a node apart as it does at static sizes, where the C++ renderer vectorizes each alone."""
-    size = [hint(s) for s in node.size]  # a speed decision: hints for symbolic sizes
+    # a speed decision: hints for symbolic sizes, each taken as long enough to count
+    size = [hint_at_least(s, TRANSPOSE_MIN) for s in node.size]
     if len(size) < 2 or size[-1] < TRANSPOSE_MIN:
         return None
     names = index_vars(len(size))
@@ -260,7 +262,7 @@ def _new_kernel(node: Computed, name: str) -> Kernel:
         return Kernel(name, outer, inner, (Member(node.name, len(node.size), False),))
     size = tuple(node.size)
     k = len(size)
-    while k > 0 and hint(math.prod(size[k:])) < MIN_INNER:  # speed only: hints
+    while k > 0 and hint_at_least(math.prod(size[k:]), MIN_INNER) < MIN_INNER:  # speed only
         k -= 1
     outer, inner = math.prod(size[:k]), math.prod(size[k:])
     return Kernel(name, outer, inner, (Member(node.name, k, False),))

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import sympy
 import torch
 
+from ...lower.hints import hint_at_least
 from ...lower.indexing import (
     delinearize,
     index_vars,
@@ -52,7 +53,7 @@ from ...lower.ir import (
     walk,
 )
 from ...lower.ops import costly_count
-from ...lower.symbolic import hint, is_symbolic
+from ...lower.symbolic import is_symbolic
 from ...schedule import Kernel
 from .ops import (
     CTYPES,
@@ -145,6 +146,8 @@ class _KernelContext:
         self.preset: dict[str, dict] = {}  # member -> {expr: C text} computed by an earlier loop
         self.params: dict[str, bool] = {}  # buffer -> written by this kernel
         self.aliased: frozenset = frozenset()  # buffers sharing memory with another
+        # row indices over runtime sizes, defined at the top of the row loop's body
+        self.row_hoist = (_Hoisted("xi"), "    ")
         self._ids = 0
 
     def next_id(self) -> int:
@@ -166,9 +169,33 @@ class _KernelContext:
         return f"kiln::load({self.param(ld.buf)}[{sympy_str(index)}])"
 
 
-def _bind(lines: list[str], indent: str, vars_, sizes, source) -> None:
+class _Hoisted:
+    """Index definitions that depend on an outer loop's variable and on runtime sizes
+    (`x/(4*s0)`), computed once per outer iteration instead of inside the vectorized loop:
+    GCC does not vectorize an `omp simd` loop holding a 64-bit division by a runtime value
+    (a symbolic softmax ran unvectorized, 1.7x its static kernel's time), though the value is
+    loop-invariant. Static sizes divide by constants, which GCC vectorizes: left in place."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.names: dict[str, str] = {}  # C expression -> the variable holding it
+        self.lines: list[str] = []
+
+    def name(self, text: str, indent: str) -> str:
+        if text not in self.names:
+            self.names[text] = f"{self.prefix}{len(self.names)}"
+            self.lines.append(f"{indent}const int64_t {self.names[text]} = {text};")
+        return self.names[text]
+
+
+def _bind(lines: list[str], indent: str, vars_, sizes, source, hoist: tuple | None = None) -> None:
+    """Defines index variables `vars_` from the flat position `source` over `sizes`; with
+    `hoist` = (_Hoisted, its indent), a definition using a runtime size is made there."""
     for v, e in zip(vars_, delinearize(source, tuple(sizes))):
-        lines.append(f"{indent}const int64_t {v} = {sympy_str(e)};")
+        text = sympy_str(e)
+        if hoist is not None and e.free_symbols - {source}:
+            text = hoist[0].name(text, hoist[1])
+        lines.append(f"{indent}const int64_t {v} = {text};")
 
 
 def _store(k: _KernelContext, node, index_expr, value: str, indent: str, lines) -> None:
@@ -204,7 +231,7 @@ def _reduction(k: _KernelContext, node: Reduction, lines: list[str], ind: str) -
         )
     lines.append(f"{ind}for (int64_t r = 0; r < {sympy_str(k.kernel.inner)}; ++r) {{")
     inner = ind + "  "
-    _bind(lines, inner, index_vars(len(node.size)), node.size, _X)
+    _bind(lines, inner, index_vars(len(node.size)), node.size, _X, k.row_hoist)
     _bind(lines, inner, reduce_vars(len(node.reduce_size)), node.reduce_size, _R)
     body = _Body(k, lines, inner)
     body.names.update(k.preset.get(node.name, {}))
@@ -252,6 +279,7 @@ def _inner_loop(
     only positions [start, end) of a single member, whose body there is `body`."""
     start, end, body = piece or (0, k.kernel.inner, None)
     tail = None if piece else _tail(k, members)
+    ro_hoist, ro_ind, ro_at = _Hoisted("roi"), ind, 0
     if tail:  # the row as (the rest) x (its last dimension), the last one vectorized
         if " for" in pragma:  # shared among threads: the outer loop is
             lines.append(f"{ind}{pragma.replace(' simd', '')}")
@@ -259,6 +287,7 @@ def _inner_loop(
         rest = sympy_str(sympy.Mul(*first.size[members[0].split : -1]))  # = end / tail
         lines.append(f"{ind}for (int64_t ro = 0; ro < {rest}; ++ro) {{")
         ind += "  "
+        ro_hoist, ro_ind, ro_at = _Hoisted("roi"), ind, len(lines)
         lines.append(f"{ind}#pragma omp simd")
         last = sympy_str(tail) if isinstance(tail, int) else f"({sympy_str(tail)})"
         lines.append(f"{ind}for (int64_t ri = 0; ri < {last}; ++ri) {{")
@@ -284,9 +313,10 @@ def _inner_loop(
                 lines.append(f"{inner}}}")
             lines.append(f"{inner}{{")
             vs = index_vars(len(node.size))
-            _bind(lines, inner + "  ", vs[: m.split], node.size[: m.split], _X)
+            _bind(lines, inner + "  ", vs[: m.split], node.size[: m.split], _X, k.row_hoist)
             if tail:
-                _bind(lines, inner + "  ", vs[m.split : -1], node.size[m.split : -1], _RO)
+                rest_vs, rest = vs[m.split : -1], node.size[m.split : -1]
+                _bind(lines, inner + "  ", rest_vs, rest, _RO, (ro_hoist, ro_ind))
                 lines.append(f"{inner}  const int64_t {vs[-1]} = ri;")
             else:
                 _bind(lines, inner + "  ", vs[m.split :], node.size[m.split :], _R)
@@ -300,6 +330,7 @@ def _inner_loop(
     lines.append(f"{ind}}}")
     if tail:
         lines.append(f"{ind[:-2]}}}")
+        lines[ro_at:ro_at] = ro_hoist.lines  # before the vectorized loop, inside `ro`'s
     for m in members:  # element values are only valid inside this loop
         del k.values[m.name]
 
@@ -322,8 +353,9 @@ def _tail(k: _KernelContext, members) -> int | None:
     last = size[-1]
     if is_symbolic(last) or is_symbolic(k.kernel.inner):
         # symbolic sizes: the row is still (the rest) x (its last dimension), whatever they
-        # are; a last dimension short at the hints is not worth a loop of its own (speed only)
-        return last if hint(last) >= TAIL_MIN else None
+        # are; a last dimension that is short (a symbolic one counts as long, whatever its
+        # hint) is not worth a loop of its own (speed only)
+        return last if hint_at_least(last, TAIL_MIN) >= TAIL_MIN else None
     if last < TAIL_MIN or k.kernel.inner % last:
         return None
     return last
@@ -480,7 +512,8 @@ def kernel_loop(k: _KernelContext, flat_pragma: str) -> list[str]:
             pieces = _pieces(k, group)
             for piece in pieces or [None]:
                 _inner_loop(k, group, body, ind, flat_pragma, piece)
-    return [f"  for (int64_t x = 0; x < {sympy_str(kernel.outer)}; ++x) {{", *body, "  }"]
+    loop = [f"  for (int64_t x = 0; x < {sympy_str(kernel.outer)}; ++x) {{"]
+    return loop + k.row_hoist[0].lines + body + ["  }"]
 
 
 def _dtype(node):
@@ -528,7 +561,8 @@ def _is_column_kernel(kernel: Kernel, nodes: dict) -> bool:
     per-token mean and rstd in its weight gradient) and cost nothing in that layout."""
     k = _KernelContext(kernel, nodes)
     reds = [nodes[m.name] for m in kernel.members if isinstance(nodes[m.name], Reduction)]
-    if not reds or hint(kernel.outer) < 8 or hint(kernel.inner) < 2:  # speed only: hints
+    # speed only: hints, a symbolic size counted as long whatever its hint
+    if not reds or hint_at_least(kernel.outer, 8) < 8 or hint_at_least(kernel.inner, 2) < 2:
         return False
     if any(not m.per_row for m in kernel.members if isinstance(nodes[m.name], Pointwise)):
         return False
@@ -560,6 +594,7 @@ def _render_columns(k: _KernelContext, parallel: bool | str) -> CppKernel:
     for m in reds:
         body.append(f"{ind}  for (int64_t x = xb; x < xe; ++x) part_{m.name}[x - xb] = 0;")
     body.append(f"{ind}  for (int64_t r = rb; r < re; ++r) {{")
+    r_hoist, r_at = (_Hoisted("rv"), f"{ind}    "), len(body)
     body.append(f"{ind}    #pragma omp simd")
     body.append(f"{ind}    for (int64_t x = xb; x < xe; ++x) {{")
     inner = ind + "        "
@@ -567,10 +602,11 @@ def _render_columns(k: _KernelContext, parallel: bool | str) -> CppKernel:
         node = nodes[m.name]
         body.append(f"{ind}      {{")
         _bind(body, inner, index_vars(len(node.size)), node.size, _X)
-        _bind(body, inner, reduce_vars(len(node.reduce_size)), node.reduce_size, _R)
+        _bind(body, inner, reduce_vars(len(node.reduce_size)), node.reduce_size, _R, r_hoist)
         v = _Body(k, body, inner).emit(node.body)
         body.append(f"{inner}part_{m.name}[x - xb] += {v};")
         body.append(f"{ind}      }}")
+    body[r_at:r_at] = r_hoist[0].lines  # the reduced position's indices: once per `r`
     body.append(f"{ind}    }}")
     body.append(f"{ind}  }}")
     for m in reds:
