@@ -184,6 +184,20 @@ def test_lr_read_beyond_item_access_is_guarded_by_value():
     assert len(graphs) == 3  # 0.5, 0.25 (now dynamic, but specialized by dict()), 0.125
 
 
+def _logged(fn) -> str:
+    """The output_code + schedule log of `fn()`."""
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    logging.getLogger("kiln").addHandler(handler)
+    kiln.set_logs("output_code", "schedule")
+    try:
+        fn()
+    finally:
+        kiln.set_logs()
+        logging.getLogger("kiln").removeHandler(handler)
+    return buf.getvalue()
+
+
 def _steady_step_code(n_params: int, name: str = "adamw") -> str:
     """The output_code log of the second compiled step (state exists) over `n_params`
     parameters of four shapes."""
@@ -195,16 +209,7 @@ def _steady_step_code(n_params: int, name: str = "adamw") -> str:
     for p in params:
         p.grad = torch.randn_like(p)
     step()  # creates the state: the first graph
-    buf = io.StringIO()
-    handler = logging.StreamHandler(buf)
-    logging.getLogger("kiln").addHandler(handler)
-    kiln.set_logs("output_code", "schedule")
-    try:
-        step()
-    finally:
-        kiln.set_logs()
-        logging.getLogger("kiln").removeHandler(handler)
-    return buf.getvalue()
+    return _logged(step)
 
 
 @pytest.mark.parametrize("name", ["adamw", "sgd"])
@@ -225,19 +230,6 @@ def test_step_runs_few_kernels_whatever_the_number_of_parameters(name):
 def _distinct_shapes(n: int) -> list[tuple[int, ...]]:
     """`n` parameter shapes, no two of one size: matrices and vectors of growing sizes."""
     return [(3 + i, 2 + 2 * i) if i % 2 else (5 + 7 * i,) for i in range(n)]
-
-
-def _logged(fn) -> str:
-    buf = io.StringIO()
-    handler = logging.StreamHandler(buf)
-    logging.getLogger("kiln").addHandler(handler)
-    kiln.set_logs("output_code", "schedule")
-    try:
-        fn()
-    finally:
-        kiln.set_logs()
-        logging.getLogger("kiln").removeHandler(handler)
-    return buf.getvalue()
 
 
 @pytest.mark.parametrize("foreach", [False, True])
