@@ -10,9 +10,31 @@ from __future__ import annotations
 
 import torch
 import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 from kiln.codegen import compile_graph_strict
+
+
+def trace_dynamic(fn, example, dynamic: dict | None = None):
+    """`fn` traced with every size symbolic (`dynamic` None), or on fake tensors whose dims
+    `dynamic[k]` of input k are symbolic and the rest static (as kiln's AOT autograd traces a
+    captured graph with one dynamic length)."""
+    if dynamic is None:
+        return make_fx(fn, tracing_mode="symbolic")(*example)
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+
+    def fake(k, t):
+        dims = [
+            DimDynamic.DYNAMIC if d in dynamic.get(k, ()) else DimDynamic.STATIC
+            for d in range(t.dim())
+        ]
+        return mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=dims))
+
+    fakes = [fake(k, t) for k, t in enumerate(example)]
+    with mode:
+        return make_fx(fn, tracing_mode="fake")(*fakes)
 
 
 def fresh_like(t: torch.Tensor) -> torch.Tensor:

@@ -13,9 +13,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch._subclasses.fake_tensor import FakeTensorMode
+from cg_helpers import trace_dynamic
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 from kiln.codegen import Declined, compile_graph, compile_graph_strict
 from kiln.devices import DEVICES
@@ -29,28 +28,8 @@ def _builds() -> int:
     return s["compiles"] + s["memory_hits"] + s["disk_hits"]
 
 
-def trace_dynamic(fn, example, dynamic: dict):
-    """`fn` traced on fake tensors whose dims `dynamic[k]` of input k are symbolic and the rest
-    static (as kiln's AOT autograd traces a captured graph with one dynamic length)."""
-    mode = FakeTensorMode(shape_env=ShapeEnv())
-
-    def fake(k, t):
-        dims = [
-            DimDynamic.DYNAMIC if d in dynamic.get(k, ()) else DimDynamic.STATIC
-            for d in range(t.dim())
-        ]
-        return mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=dims))
-
-    fakes = [fake(k, t) for k, t in enumerate(example)]
-    with mode:
-        return make_fx(fn, tracing_mode="fake")(*fakes)
-
-
 def _compile(fn, example, dynamic=None):
-    if dynamic is None:
-        gm = make_fx(fn, tracing_mode="symbolic")(*example)
-    else:
-        gm = trace_dynamic(fn, example, dynamic)
+    gm = trace_dynamic(fn, example, dynamic)
     before = _builds()
     compiled = compile_graph_strict(gm, example)
     assert _builds() - before == 1, "one build for the graph"

@@ -8,14 +8,17 @@ tensors (conftest.py); each test counts Triton builds, which a per-size compile 
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 from tr_helpers import assert_matches_eager, require_interpreter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cg_helpers import trace_dynamic  # noqa: E402
 
 import kiln
 from kiln.codegen import compile_graph_strict
@@ -35,27 +38,8 @@ def _builds() -> int:
     return s["loads"] + s["memory_hits"]
 
 
-def _trace(fn, example, dynamic: dict | None):
-    """`fn` traced with every size symbolic (`dynamic` None) or only dims `dynamic[k]` of input
-    k (as kiln's AOT autograd traces a captured graph with one dynamic length)."""
-    if dynamic is None:
-        return make_fx(fn, tracing_mode="symbolic")(*example)
-    mode = FakeTensorMode(shape_env=ShapeEnv())
-
-    def fake(k, t):
-        dims = [
-            DimDynamic.DYNAMIC if d in dynamic.get(k, ()) else DimDynamic.STATIC
-            for d in range(t.dim())
-        ]
-        return mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=dims))
-
-    fakes = [fake(k, t) for k, t in enumerate(example)]
-    with mode:
-        return make_fx(fn, tracing_mode="fake")(*fakes)
-
-
 def _compile(fn, example, dynamic=None):
-    gm = _trace(fn, example, dynamic)
+    gm = trace_dynamic(fn, example, dynamic)
     before = _builds()
     compiled = compile_graph_strict(gm, list(example), "cuda")
     assert _builds() - before == 1, "one Triton build for the graph"
