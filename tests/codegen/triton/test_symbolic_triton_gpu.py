@@ -14,7 +14,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from tr_helpers import TRITON_PROBLEM, assert_matches_eager
+from tr_helpers import assert_matches_eager, require_gpu
 
 import kiln
 
@@ -23,14 +23,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(autouse=True)
 def _gpu():
-    if TRITON_PROBLEM:
-        pytest.skip(TRITON_PROBLEM)
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    from kiln.runtime.triton_interpret import is_interpreting
-
-    if is_interpreting():
-        pytest.skip("TRITON_INTERPRET is set; GPU tests compile for the GPU (run with -m gpu)")
+    require_gpu()
 
 
 def _builds() -> int:

@@ -17,21 +17,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
-from tr_helpers import TRITON_PROBLEM, check, kernel_count
+from tr_helpers import check, kernel_count, require_gpu
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(autouse=True)
 def _gpu():
-    if TRITON_PROBLEM:
-        pytest.skip(TRITON_PROBLEM)
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    from kiln.runtime.triton_interpret import is_interpreting
-
-    if is_interpreting():
-        pytest.skip("TRITON_INTERPRET is set; GPU tests compile for the GPU (run with -m gpu)")
+    require_gpu()
 
 
 def cuda(*shape, dtype=torch.float32):

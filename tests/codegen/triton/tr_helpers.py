@@ -76,6 +76,18 @@ def require_interpreter():
         pytest.skip("Triton interpreter is off (a GPU run: use -m gpu)")
 
 
+def require_gpu():
+    """Skip a GPU test unless Triton can compile for a CUDA device (no interpreter)."""
+    if TRITON_PROBLEM:
+        pytest.skip(TRITON_PROBLEM)
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from kiln.runtime.triton_interpret import is_interpreting
+
+    if is_interpreting():
+        pytest.skip("TRITON_INTERPRET is set; GPU tests compile for the GPU (run with -m gpu)")
+
+
 def fresh_like(t: torch.Tensor) -> torch.Tensor:
     """A new random tensor with `t`'s shape, dtype, strides and device (never zeros)."""
     if t.dtype == torch.bool:
