@@ -352,6 +352,15 @@ def _reuse_bound(expr: str, bound: dict[str, str]) -> str:
     return expr
 
 
+def _reuse_bound_reads(fact: str, bound: dict[str, str]) -> str:
+    """A size fact reading its inputs from the locals the guard chain bound them to: an input
+    fetched by a call (`torch.from_numpy` of an array argument) is fetched once a call."""
+    for full, var in bound.items():
+        if full + "." in fact:
+            fact = fact.replace(full + ".", var + ".")
+    return fact
+
+
 class GuardSet:
     """Guards of one trace, deduplicated, in the order they were first relied on."""
 
@@ -376,7 +385,7 @@ class GuardSet:
         tables: dict[tuple, tuple[Guard, list]] = {}
         for g in self.guards:
             if g.source is None and g.kind in ("SHAPE", "SYM"):
-                sizes.append(g.expr(namer))
+                sizes.append(g)
                 continue
             row = g.row()
             if row is None:
@@ -396,7 +405,8 @@ class GuardSet:
         # hashing a parameter in Python): read once instead of seven times per call.
         exprs = [g.bound_expr(namer, namer.bound) for g in inline]
         cond = " and\n        ".join(f"({e})" for e in exprs) or "True"
-        return [f"if not ({cond}):", "    return ___MISS", *lines, *_size_fact_lines(sizes)]
+        facts = [_reuse_bound_reads(g.expr(namer), namer.bound) for g in sizes]
+        return [f"if not ({cond}):", "    return ___MISS", *lines, *_size_fact_lines(facts)]
 
     def describe(self) -> str:
         return "\n".join(f"  {g.describe()}" for g in self.guards)

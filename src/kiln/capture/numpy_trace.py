@@ -16,10 +16,13 @@ or the call is a graph break (never a wrong result). What is not modelled, and e
 array's data into Python (`float(a)`, `if a.any():`, `print(a)`), is a graph break that names
 the call; the array is a real one there, so the plain-Python step runs it as eager does.
 
-Guards: none are added here. An array made inside the trace is a function of the graph's
-inputs, which are guarded already; what NumPy's run reveals (dtypes, shapes) follows from the
-inputs' guarded dtypes and shapes. Arrays from outside the trace are guarded by value
-(numpy_values.py) and enter graphs as constants.
+Arrays from outside the trace (arguments, globals, attributes, container items, live values
+at a break) whose memory torch can share enter the graph as inputs (`lift_input`): each call
+fetches `torch.from_numpy` of the caller's array, guarded like a tensor input (type, dtype,
+sizes under the dynamic-shape policy, strides), not by contents; an in-place change is an
+input mutation, which reaches the caller's array. Arrays torch cannot share are guarded by
+value (numpy_values.py). An array made inside the trace needs no guard: it is a function of
+the graph's inputs, and what NumPy's run reveals (dtypes, shapes) follows from theirs.
 
 A traced array that leaves the trace (returned, stored, live at a break) is rebuilt by the
 residual program as `tensor.numpy()` of the graph output that backs it (`numpy_of`).
@@ -79,13 +82,38 @@ def rebuild_parts(tracer, value) -> tuple[torch.Tensor, bool] | None:
 
 def tensor_of_numpy(value) -> torch.Tensor | None:
     """The tensor over a NumPy value's memory (a 0-d copy for a scalar); None for anything
-    else, which fails the tensor guard that follows."""
-    if not isinstance(value, (np.ndarray, np.generic)):
+    else, which fails the tensor guard that follows (and a later call with such an array
+    traces again, where `unshared` says why it is guarded by value)."""
+    if isinstance(value, np.ndarray):
+        if not value.flags.behaved:  # read-only or misaligned: not shared (see `unshared`)
+            return None
+    elif not isinstance(value, np.generic):
         return None
     try:
         return torch.from_numpy(np.asarray(value))
     except (TypeError, ValueError):
         return None
+
+
+def unshared(value) -> str | None:
+    """Why a graph cannot take the NumPy value `value` as a tensor over its memory (None when
+    it can): an ndarray subclass (its own methods and attributes), a read-only array (torch
+    would write where NumPy promised no one does), a misaligned one (kernels assume aligned
+    elements), or one `torch.from_numpy` refuses (object, string or non-native byte order
+    dtypes, negative strides)."""
+    if type(value) is not np.ndarray and not isinstance(value, np.generic):
+        return f"{type(value).__name__} is a subclass of ndarray"
+    if isinstance(value, np.ndarray):
+        if not value.flags.writeable:
+            return "it is read-only"
+        if not value.flags.aligned:
+            return "its elements are not aligned in memory"
+    try:
+        with torch._C.DisableTorchFunction():
+            torch.from_numpy(np.asarray(value))
+    except (TypeError, ValueError) as e:
+        return f"torch.from_numpy refuses it: {str(e).split('. ')[0]}"
+    return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,17 +126,17 @@ class NumpyTensorSource(Source):
         return f"torch.from_numpy({self.base.describe()})"
 
     def expr(self, namer: Namer) -> str:
-        return f"{namer.const(tensor_of_numpy, 'np_tensor')}({self.base.expr(namer)})"
+        # one fixed name, whatever the namer has named before: shape facts over this input's
+        # sizes are written while tracing, with a namer of their own (dynamic.py)
+        return f"{namer.bind('___np_tensor', tensor_of_numpy)}({self.base.expr(namer)})"
 
 
 def lift_input(tracer, value, source: Source) -> bool:
-    """A NumPy array or scalar live at a graph break enters the continuation as a graph input:
-    the tensor over its memory, guarded by type, dtype, shape and strides like a tensor
-    (not by contents), and traced from there on. False for a value that has no tensor form
-    (object or string dtypes), which is guarded by value as before (numpy_values.py)."""
+    """A NumPy array from outside the trace (or a NumPy scalar live at a graph break) enters
+    the graph as an input: the tensor over its memory, guarded by type, dtype, shape and
+    strides like a tensor (not by contents), and traced from there on. False for a value that
+    has no shared tensor form (`unshared`), which is guarded by value (numpy_values.py)."""
     if type(value) is not np.ndarray and not isinstance(value, np.generic):
-        return False
-    if isinstance(value, np.ndarray) and not value.flags.writeable:
         return False
     with torch._C.DisableTorchFunction():
         t = tensor_of_numpy(value)

@@ -1,13 +1,16 @@
-"""NumPy values that reach a trace from outside it: guarded by value.
+"""NumPy values that reach a trace from outside it: graph inputs, or guarded by value.
 
-Takes a value the tracer tracks (an argument, a continuation's input after a break at
-`Tensor.numpy()` or at a NumPy call); gives the guard for a NumPy array or scalar: its type,
-dtype, shape and contents, or None for any other value. NumPy work is not recorded in graphs:
-each NumPy call is a graph break, run natively between graphs. But Python code after such a
-break may read an array's or a scalar's value natively at trace time (`float(a.max())`,
-`a[0] + 1`), and that value becomes a constant of the graph; guarded only by type, a later
-call with other data would reuse it. Guarded by value, a later call with other data traces
-again (and past the entry limit runs eagerly): slower, never wrong.
+Takes a value the tracer tracks (an argument, a global, an attribute, a container's item); an
+ndarray whose memory torch can share becomes a graph input (`lift`: a `torch.from_numpy` view
+fetched on every call, guarded like a tensor, so new data of the same shape reuses the
+compiled graph, as torch.compile does). Gives the value guard for the rest, a NumPy array
+torch cannot share (object or string dtypes, non-native byte order, read-only, misaligned,
+an ndarray subclass: the reason goes to `KILN_LOGS=perf_hints`) or a NumPy scalar: its type,
+dtype, shape and contents; None for any other value. Python code may read such a value's data
+natively at trace time (`float(a.max())`, `a[0] + 1`), and that value becomes a constant of
+the graph; guarded only by type, a later call with other data would reuse it. Guarded by
+value, a later call with other data traces again (and past the entry limit runs eagerly):
+slower, never wrong.
 """
 
 from __future__ import annotations
@@ -17,6 +20,34 @@ from typing import Any
 
 from . import guards as G
 from .sources import Source
+
+
+def lift(tracer, value: Any, source: Source) -> bool:
+    """Make the ndarray `value` read from `source` a graph input (numpy_trace.lift_input);
+    False for any other value, and for an array torch cannot share (logged with the reason),
+    which the caller guards by value."""
+    if type(value).__module__ != "numpy":
+        return False
+    import numpy as np
+
+    from . import numpy_trace
+
+    if not isinstance(value, np.ndarray):
+        return False  # a NumPy scalar: a constant of the graph, as torch.compile makes it
+    why = numpy_trace.unshared(value)
+    if why is None and numpy_trace.lift_input(tracer, value, source):
+        return True
+    from .. import logs
+
+    logs.log(
+        "perf_hints",
+        lambda: (
+            f"NumPy array {source.describe()} ({value.dtype}{list(value.shape)}) is "
+            f"guarded by its contents, not a graph input: {why or 'no tensor form'}; a call "
+            "with other data compiles again"
+        ),
+    )
+    return False
 
 
 def guard(source: Source, value: Any) -> G.Guard | None:

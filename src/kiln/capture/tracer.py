@@ -206,7 +206,8 @@ class Tracer:
         elif _identity_matters(value):
             if not isinstance(source, ConstSource):
                 self.guards.add(G.id_guard(source, value))
-        else:  # NumPy values by value (numpy_values.py), anything else by type
+        elif not numpy_values.lift(self, value, source):  # an ndarray: a graph input
+            # other NumPy values by value (numpy_values.py), anything else by type
             self.guards.add(numpy_values.guard(source, value) or G.type_guard(source, value))
 
     def source_of(self, value: Any) -> Source | None:
