@@ -38,7 +38,12 @@ def test_each_size_is_read_once_and_equal_sizes_are_one_class():
         x = torch.randn(n, 8)
         torch.testing.assert_close(compiled(x, *ws), nine_weights(x, *ws))
     source = _entry_source(compiled)
-    reads = re.findall(r"[\w\]\[]+\.size\(\d\)", source)
+    # a size fact reads an input through the local its guard bound it to (`___seen0 := ws[0]`)
+    bound = dict(re.findall(r"\((___seen\d+) := ([^)]+)\)", source))
+    reads = [
+        bound.get(base, base) + size
+        for base, size in re.findall(r"([\w\]\[]+)(\.size\(\d\))", source)
+    ]
     # x's two sizes and each weight's size, each read exactly once
     assert sorted(reads) == sorted(
         ["x.size(0)", "x.size(1)"] + [f"ws[{i}].size(0)" for i in range(9)]
