@@ -27,6 +27,7 @@ from . import containers, data_sizes, leaf_tensors, numpy_values
 from . import guards as G
 from .context_vars import ContextVarModel
 from .dynamic_floats import FloatSlots
+from .dynamic_metadata import symbolic_metadata
 from .errors import FullgraphBreak, SubgraphBreak
 from .side_effects import SideEffects
 from .sources import AttrSource, ConstSource, ItemSource, Source
@@ -444,7 +445,7 @@ class Tracer:
             elif info.name == "storage_offset" and not self.offset_read:
                 self.note_offset_read()
             if self.dyn is not None and args and isinstance(args[0], torch.Tensor):
-                sym = self._symbolic_metadata(info.name, args, kwargs)
+                sym = symbolic_metadata(self, info.name, args, kwargs)
                 if sym is not None:
                     return sym
             return func(*args, **kwargs)
@@ -547,41 +548,6 @@ class Tracer:
             f"constant at {self.location_fn()}",
         )
         return node
-
-    def _symbolic_metadata(self, name: str, args, kwargs):
-        """x.shape / x.size(d) / x.numel() / len(x) of a tensor with symbolic sizes."""
-        t = args[0]
-        fake = self.dyn.fakes.get(id(t))
-        if fake is None:
-            return None
-        if name in ("size", "shape"):
-            dim = args[1] if len(args) > 1 else kwargs.get("dim")
-            if dim is not None:
-                return self._sym_dim(t, fake, dim)
-            dims = [self._sym_dim(t, fake, d) for d in range(t.dim())]
-            # a torch.Size, as eager gives, holding the symbolic sizes
-            return torch.Size(dims) if any(isinstance(d, _Sym) for d in dims) else t.shape
-        if name == "__len__" and t.dim() > 0:
-            return self._sym_dim(t, fake, 0)
-        if name == "numel":
-            n = fake.numel()
-            symbolic, expr = self.dyn.symbolic(n)
-            if symbolic:
-                node = self.graph.call_method("numel", (self.node_of(t),))
-                return make_sym(self, t.numel(), node, expr, n)
-        return None
-
-    def _sym_dim(self, t: torch.Tensor, fake, d: int):
-        d = d % t.dim() if t.dim() else d
-        size = fake.size(d)
-        symbolic, expr = self.dyn.symbolic(size)
-        if not symbolic:
-            return int(t.size(d))
-        key = (id(t), d)
-        node = self._size_nodes.get(key)
-        if node is None:
-            node = self._size_nodes[key] = self.graph.call_method("size", (self.node_of(t), d))
-        return make_sym(self, int(t.size(d)), node, expr, size)
 
     def _bind_outputs(self, out, node: fx.Node) -> None:
         if isinstance(out, torch.Tensor):
