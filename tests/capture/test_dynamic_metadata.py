@@ -88,3 +88,17 @@ def test_is_same_size_guards_its_outcome(same):
     # the other outcome is a call the entries' guards do not admit: recompiled, still right
     a, b = torch.randn(3, 5), torch.randn(3, 6 if same else 5)
     torch.testing.assert_close(g(a, b), f(a, b))
+
+
+def test_dense_permuted_input_keeps_its_layout_symbolically():
+    # a channels-last input owns its storage too: its fake's strides are products of its
+    # symbolic sizes in its own layout order, and the results match eager at every size
+    def f(x):
+        return (x * x.stride(1)).sum(dim=(2, 3)) + x.permute(0, 2, 3, 1).reshape(x.size(0), -1)[
+            :, :3
+        ]
+
+    g = _compiled(f)
+    for hw in (4, 6, 9):
+        x = torch.randn(2, 3, hw, hw).contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(g(x), f(x))

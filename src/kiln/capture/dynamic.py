@@ -30,6 +30,7 @@ from torch.utils._sympy.printers import PythonPrinter
 
 from ..symbolic_dispatch import run_symbolic
 from . import guards as G
+from .dense_fakes import owned_dense_fake
 from .sources import Namer, Source
 
 
@@ -57,12 +58,19 @@ class DynamicShapes:
 
     # ---- inputs ------------------------------------------------------------------------------
     def fake_input(self, t: torch.Tensor, source: Source, dims: set[int]) -> torch.Tensor:
-        sizes = [DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(t.dim())]
-        ctx = StatelessSymbolicContext(dynamic_sizes=sizes, constraint_sizes=[None] * t.dim())
-        with torch._C.DisableTorchFunction():  # not a call of the user's program
-            fake = self.fake_mode.from_tensor(t, symbolic_context=ctx)
-            fake = self._own_storage(t, fake)
         expr = source.expr(Namer())
+        with torch._C.DisableTorchFunction():  # not a call of the user's program
+            fake = owned_dense_fake(
+                t, dims, self.shape_env, self.fake_mode, lambda d: _NamedSource(f"{expr}.size({d})")
+            )
+            if fake is None:  # a view, or an input that shares or overhangs its storage
+                sizes = [
+                    DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(t.dim())
+                ]
+                ctx = StatelessSymbolicContext(
+                    dynamic_sizes=sizes, constraint_sizes=[None] * t.dim()
+                )
+                fake = self.fake_mode.from_tensor(t, symbolic_context=ctx)
         for d in dims:
             sym = fake.size(d).node.expr
             if isinstance(sym, sympy.Symbol):
@@ -80,28 +88,6 @@ class DynamicShapes:
                     self.names[sym] = sympy.Symbol(text)
         self.fakes[id(t)] = fake
         return fake
-
-    def _own_storage(self, t: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
-        """A fake whose storage is exactly its symbolic extent, for an input that owns its whole
-        storage (no view, offset 0, nothing beyond its last element) -- the usual input.
-
-        `from_tensor` gives such an input a symbolic storage offset and a storage of the first
-        call's byte count; any op whose fake checks bounds against the storage (`as_strided`,
-        `set_`, some CUDA kernels' fakes) then adds `8*offset + 64*s0 <= 12800`, a fact that pins
-        the entry to sizes up to the first call's, so a dynamic entry recompiled at every larger
-        size (HF GPT-2 serving on CUDA: 7 entries for 7 lengths; Llama decode: one per token).
-        A fresh `empty_strided` of the same symbolic sizes and strides has a storage of the
-        symbolic extent and offset 0, which holds at every size. Inputs that share or overhang
-        their storage keep `from_tensor`'s fake: their storage is not theirs to size."""
-        numel = t.numel()
-        if numel == 0 or t._is_view() or t.storage_offset() != 0 or t.grad_fn is not None:
-            return fake
-        extent = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
-        if t.untyped_storage().nbytes() != extent * t.element_size():
-            return fake
-        with self.fake_mode:
-            own = torch.empty_strided(fake.shape, fake.stride(), dtype=t.dtype, device=t.device)
-        return own.requires_grad_(t.requires_grad)
 
     def scalar_input(self, value: int, source: Source) -> torch.SymInt:
         """A symbolic int input (a size handed across a graph break): a symbol of the shape
