@@ -133,11 +133,13 @@ def worker(args) -> dict:
             timer.sync()
             diffs[n] = (out.float() - ref[n]).abs().max().item()
         wall = time.perf_counter() - t0
-        steady = {}
-        for n in lengths:
-            x = inputs[n]
-            times = timer.per_call(lambda x=x: fn(input_ids=x), args.reps)
-            steady[n] = round(statistics.median(times), 4)
+        # lengths interleaved over rounds, so a slow moment of the host weighs on every length
+        times: dict[int, list[float]] = {n: [] for n in lengths}
+        for _ in range(args.rounds):
+            for n in lengths:
+                x = inputs[n]
+                times[n] += timer.per_call(lambda x=x: fn(input_ids=x), args.reps)
+        steady = {n: round(statistics.median(ts), 4) for n, ts in times.items()}
     result = {
         "compiler": args.only,
         "model": kind,
@@ -169,7 +171,7 @@ def static_entries(model, inputs, timer, args) -> dict:
             for _ in range(3):
                 fn(input_ids=x)
             timer.sync()
-            times = timer.per_call(lambda x=x, fn=fn: fn(input_ids=x), args.reps)
+            times = timer.per_call(lambda x=x, fn=fn: fn(input_ids=x), args.reps * args.rounds)
             out[n] = round(statistics.median(times), 4)
     return out
 
@@ -181,6 +183,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--calls", type=int, default=3)
     p.add_argument("--reps", type=int, default=20, help="back-to-back calls timed per length")
+    p.add_argument("--rounds", type=int, default=3, help="rounds over the lengths (interleaved)")
     p.add_argument("--tiny", action="store_true", help="a tiny model and lengths: smoke test")
     p.add_argument("--stand-in", action="store_true", help="with --tiny: the stand-in model")
     p.add_argument("--no-static", action="store_true", help="skip kiln's per-length entries")

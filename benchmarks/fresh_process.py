@@ -5,7 +5,9 @@ Each compiler of such a benchmark runs in a process of its own, so that one's co
 caches and counters cannot flatter or burden another's: the driver runs the benchmark's own
 script again with `--only NAME` and the worker's arguments, reads the one `RESULT {json}` line
 the worker prints (`emit`), and keeps its error output instead when it fails. `write_json`
-saves the results under the benchmark's name.
+saves the results under the benchmark's name. Every worker starts with empty compile caches
+(kiln's, TorchInductor's and Triton's in a fresh temporary folder), so "first call" and "wall
+time with compiles" are cold for every compiler, whatever ran on the machine before.
 
 Compiles: torch.compile's are its unique graphs (`torch._dynamo.utils.counters`, read only);
 kiln's are its captured graphs (`capture_compiles`) and the graphs its code generator built
@@ -19,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from typing import Any, Callable
 
 RESULT = "RESULT "
@@ -32,7 +35,12 @@ def emit(result: dict) -> None:
 def run_worker(script: str, argv: list[str], failed: dict) -> dict:
     """Run `script` with `argv` in a fresh Python process; its RESULT, or `failed` with the
     tail of its error output."""
-    proc = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True)
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-cache-") as cache:
+        env = dict(os.environ)
+        for var in ("KILN_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            env[var] = os.path.join(cache, var.lower())
+        cmd = [sys.executable, script, *argv]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
     if proc.returncode or not lines:
         return {**failed, "error": proc.stderr[-3000:]}
