@@ -35,12 +35,11 @@ def emit(result: dict) -> None:
 def run_worker(script: str, argv: list[str], failed: dict) -> dict:
     """Run `script` with `argv` in a fresh Python process; its RESULT, or `failed` with the
     tail of its error output."""
+    from kiln.bench.worker import fresh_cache_env
+
     with tempfile.TemporaryDirectory(prefix="kiln-bench-cache-") as cache:
-        env = dict(os.environ)
-        for var in ("KILN_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
-            env[var] = os.path.join(cache, var.lower())
         cmd = [sys.executable, script, *argv]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=fresh_cache_env(cache))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
     if proc.returncode or not lines:
         return {**failed, "error": proc.stderr[-3000:]}
