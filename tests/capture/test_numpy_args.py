@@ -253,21 +253,31 @@ def scale(a, x):
     return x * float(a.sum()) + len(a)
 
 
-@pytest.mark.parametrize("kind", list(UNSHARED))
-def test_arrays_torch_cannot_share_are_guarded_by_contents_and_say_why(kind):
-    make, why = UNSHARED[kind]
+def _logged(artifact: str, run) -> list[str]:
+    """The messages of `KILN_LOGS=<artifact>` while `run()` runs."""
     records: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda r: records.append(r.getMessage())  # type: ignore[method-assign]
     logging.getLogger("kiln").addHandler(handler)
-    kiln.set_logs("perf_hints")
+    kiln.set_logs(artifact)
     try:
-        cf = kiln.compile(scale)
-        for _ in range(3):
-            _check(cf, scale, (make((5,)), torch.randn(4)))
+        run()
     finally:
         kiln.set_logs()
         logging.getLogger("kiln").removeHandler(handler)
+    return records
+
+
+@pytest.mark.parametrize("kind", list(UNSHARED))
+def test_arrays_torch_cannot_share_are_guarded_by_contents_and_say_why(kind):
+    make, why = UNSHARED[kind]
+    cf = kiln.compile(scale)
+
+    def calls():
+        for _ in range(3):
+            _check(cf, scale, (make((5,)), torch.randn(4)))
+
+    records = _logged("perf_hints", calls)
     assert cf._kiln_compiled.eager_reason is None
     hints = [r for r in records if "guarded by its contents" in r]
     assert hints and why in hints[0], records
@@ -283,3 +293,16 @@ def test_a_shareable_array_after_a_read_only_one_is_an_input_again():
     _check(cf, scale, (_read_only((4,)), torch.randn(3)))  # fails the input's guard
     assert _entries(cf) == 3
     assert cf._kiln_compiled.eager_reason is None
+
+
+def test_recompile_reason_names_the_array_fact_that_changed():
+    cf = kiln.compile(only_numpy, backend=CountingBackend(), fullgraph=True)
+    _check(cf, only_numpy, (_array((4, 3)),))
+    records = _logged("recompiles", lambda: _check(cf, only_numpy, (_array((4, 3), np.float64),)))
+    assert any("L['a'].dtype: == dtype('float32') -- now dtype('float64')" in r for r in records)
+    read_only = kiln.compile(scale)
+    _check(read_only, scale, (_array((4,)), torch.randn(2)))
+    records = _logged(
+        "recompiles", lambda: _check(read_only, scale, (_read_only((4,)), torch.randn(2)))
+    )
+    assert any("L['a'].flags.behaved: is True (writeable" in r for r in records), records

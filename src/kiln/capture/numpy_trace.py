@@ -19,8 +19,9 @@ the call; the array is a real one there, so the plain-Python step runs it as eag
 Arrays from outside the trace (arguments, globals, attributes, container items, live values
 at a break) whose memory torch can share enter the graph as inputs (`lift_input`): each call
 fetches `torch.from_numpy` of the caller's array, guarded like a tensor input (type, dtype,
-sizes under the dynamic-shape policy, strides), not by contents; an in-place change is an
-input mutation, which reaches the caller's array. Arrays torch cannot share are guarded by
+sizes under the dynamic-shape policy, strides; and writeable and aligned, which sharing
+needs), not by contents; an in-place change is an input mutation, which reaches the
+caller's array. Arrays torch cannot share are guarded by
 value (numpy_values.py). An array made inside the trace needs no guard: it is a function of
 the graph's inputs, and what NumPy's run reveals (dtypes, shapes) follows from theirs.
 
@@ -43,7 +44,7 @@ except ImportError:  # kiln runs without NumPy: no array can then be made, nor r
 
 from . import guards as G
 from . import numpy_ops as ops
-from .sources import Namer, Source
+from .sources import AttrSource, Namer, Source
 from .symbolic import _Sym
 
 PASS = object()  # "not a traced NumPy call: go on as usual"
@@ -82,12 +83,9 @@ def rebuild_parts(tracer, value) -> tuple[torch.Tensor, bool] | None:
 
 def tensor_of_numpy(value) -> torch.Tensor | None:
     """The tensor over a NumPy value's memory (a 0-d copy for a scalar); None for anything
-    else, which fails the tensor guard that follows (and a later call with such an array
-    traces again, where `unshared` says why it is guarded by value)."""
-    if isinstance(value, np.ndarray):
-        if not value.flags.behaved:  # read-only or misaligned: not shared (see `unshared`)
-            return None
-    elif not isinstance(value, np.generic):
+    else, which fails the tensor guard that follows. (An array's guard before it, `_shared`,
+    has checked that torch may share it: writeable and aligned.)"""
+    if not isinstance(value, (np.ndarray, np.generic)):
         return None
     try:
         return torch.from_numpy(np.asarray(value))
@@ -138,15 +136,29 @@ def lift_input(tracer, value, source: Source) -> bool:
     has no shared tensor form (`unshared`), which is guarded by value (numpy_values.py)."""
     if type(value) is not np.ndarray and not isinstance(value, np.generic):
         return False
+    if isinstance(value, np.ndarray) and not value.flags.behaved:
+        return False
     with torch._C.DisableTorchFunction():
         t = tensor_of_numpy(value)
     if t is None:
         return False
-    tracer.guards.add(G.type_guard(source, value))
+    for g in _shared(source, value) if type(value) is np.ndarray else [G.type_guard(source, value)]:
+        tracer.guards.add(g)
     tracer.track(t, NumpyTensorSource(source))
     tracer.sources[id(value)] = (value, source)  # rebuilt as itself
     tracer.np_traced[id(value)] = (value, t)
     return True
+
+
+def _shared(source: Source, arr) -> list[G.Guard]:
+    """An array input's guards before its tensor's: an ndarray, of this dtype, whose memory
+    torch may share (writeable, aligned). A later array that is not fails here, naming the
+    fact, and the trace that follows guards it by value (numpy_values.py)."""
+    held = {"d": arr.dtype}
+    dtype = G.Guard(AttrSource(source, "dtype"), "NUMPY", "{s} == {d}", held, f"== {arr.dtype!r}")
+    text = "is True (writeable and aligned: torch shares the array's memory as a graph input)"
+    flags = AttrSource(AttrSource(source, "flags"), "behaved")
+    return [G.type_guard(source, arr), dtype, G.Guard(flags, "NUMPY", "{s}", {}, text)]
 
 
 # ---- making traced values ------------------------------------------------------------------
