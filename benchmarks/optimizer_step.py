@@ -17,8 +17,13 @@ CUDA events (kiln.bench.measure.back_to_back_medians: blocks alternating between
 medians in ms); on the CPU, wall-clock medians of single steps. The first compiled call of each
 compiler is timed alone (compile time). JSON with everything goes to `--json`.
 
+`--profile` then profiles 10 steady steps of the last compiled variant (kiln unless left out)
+with torch.profiler: the top device kernels and host ops, kernel launches and ATen calls per
+step, and the host time a step takes to return (launch-bound steps on a GPU: the whole cost).
+
 Usage: PYTHONPATH=src python benchmarks/optimizer_step.py [--scale 1] [--json out.json]
        PYTHONPATH=src python benchmarks/optimizer_step.py --scale 16 --variants eager,kiln
+       PYTHONPATH=src python benchmarks/optimizer_step.py --variants eager,fused,kiln --profile
 """
 
 from __future__ import annotations
@@ -81,12 +86,60 @@ def _same(ref, ref_opt, params, opt) -> bool:
     return True
 
 
+def _profile(name: str, step, device: str, steps: int = 10) -> dict:
+    """torch.profiler over `steps` steady calls of `step` (see the module doc); prints the
+    tables and gives the per-step counts."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(3):
+        step()
+    sync()
+    host = []
+    for _ in range(steps):  # host time alone: no sync inside the timed call
+        t = time.perf_counter()
+        step()
+        host.append((time.perf_counter() - t) * 1e3)
+        sync()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+    events = prof.key_averages()
+    launch_names = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC")
+    launches = sum(e.count for e in events if e.key in launch_names)
+    aten = sum(e.count for e in events if e.key.startswith("aten::"))
+    syncs = sum(
+        e.count
+        for e in events
+        if "Synchronize" in e.key or e.key in ("aten::item", "aten::_local_scalar_dense")
+    )
+    sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    print(f"--- {name}: {steps} steady steps, top ops by {sort} ---")
+    print(events.table(sort_by=sort, row_limit=15, max_name_column_width=60))
+    if cuda:
+        print("--- host side (self CPU time) ---")
+        print(events.table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60))
+    out = {
+        "kernel_launches_per_step": launches / steps,
+        "aten_calls_per_step": aten / steps,
+        "syncs_and_item_per_step": syncs / steps,
+        "host_ms_per_step_median": round(statistics.median(host), 4),
+    }
+    print(f"{name} per step: " + ", ".join(f"{k} {v}" for k, v in out.items()), flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=int, default=1, help="divide width and vocabulary by this")
     ap.add_argument("--variants", default="eager,fused,torch,kiln")
     ap.add_argument("--check", type=int, default=3, help="steps compared with eager's")
     ap.add_argument("--calls", type=int, default=20, help="CPU: timed steps per variant")
+    ap.add_argument("--profile", action="store_true", help="profile the last compiled variant")
     ap.add_argument("--json")
     args = ap.parse_args()
     import torch
@@ -147,6 +200,10 @@ def main() -> None:
             f"max |diff| vs eager {r['max_abs_diff_vs_eager']:.2e}  equal: {r['equal_to_eager']}",
             flush=True,
         )
+    if args.profile:
+        compiled = [v for v in variants if v in ("kiln", "torch")] or variants[-1:]
+        name = "kiln" if "kiln" in compiled else compiled[-1]
+        result["profile"] = _profile(name, made[name][2], device)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -29,6 +29,7 @@ side_effects.py     stores into outside objects and prints, to replay
 effect_calls.py     logging, warnings, lru_cache helpers: replayed or answered, no break
 context_vars.py     contextvars get/set/reset: run for real, shadowed, net effect replayed
 environ.py          os.environ: each variable read guarded, writes are graph breaks
+optimizers.py       a traced optimizer's step counts on its parameters' device (capturable)
 residual.py         rebuilding values; the generated entry function
 continuations.py    graph breaks: frame-chain snapshots, continuations' frames, resuming
 breaks.py           what happens at a break: graph so far, the step, the continuation

@@ -30,6 +30,7 @@ from . import (
     environ,
     higher_order,
     numpy_trace,
+    optimizers,
 )
 from .attributes import (  # noqa: F401  (re-exported: handlers import them from here)
     STRUCTURE,
@@ -322,6 +323,8 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
     if t is types.MethodType:
         if fn.__func__ is _FUNCTION_APPLY and isinstance(fn.__self__, type):
             return interp.tracer.record_function_apply(fn.__self__, args, kwargs)
+        if isinstance(fn.__self__, torch.optim.Optimizer):  # its step counts on the device
+            optimizers.keep_state_on_device(fn.__self__)
         return interp_call(interp, fn.__func__, (fn.__self__, *args), kwargs, site)
     if isinstance(fn, torch.nn.Module):
         return call_module(interp, fn, args, kwargs, site)
