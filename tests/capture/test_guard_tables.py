@@ -1,7 +1,8 @@
 """Guard tables checked natively (capture/guard_tables.py, native/__init__.py): for every change
 to a held tensor, attribute constant, instance dictionary or hook dictionary, the C++ check and
 the table's Python loop give the same answer, and a compiled module sees the change, recompiles
-and matches eager, with the native module loaded and without it."""
+and matches eager, with the native module loaded and without it. Tensors fetched on each call
+(through a list or dict) are checked one native call each, with the same answers."""
 
 import os
 import textwrap
@@ -95,6 +96,65 @@ def test_strided_and_buffer_rows():
     assert _agree(table)
     base.t_()
     assert _agree(table)  # the view is its own tensor
+
+
+def _spec_of(t: torch.Tensor) -> native.Table:
+    """The spec a tensor guard on a fetched (not held) source checks with."""
+    return G._tensor_spec(G.tensor_guard(ConstSource(t, "t"), t).held)
+
+
+@pytest.mark.parametrize("change", sorted(TENSOR_CHANGES))
+def test_fetched_tensor_spec_sees_each_change(change):
+    """A tensor read through a list or dict on every call (an optimizer's parameters and
+    state) is checked by one native call: each change is seen, as by the Python check."""
+    torch.manual_seed(0)
+    p, buf = nn.Parameter(torch.randn(4, 5)), torch.randn(3, 4)
+    specs = [(_spec_of(p), p), (_spec_of(buf), buf)]
+    for spec, t in specs:
+        assert spec.is_native and spec.check(t) is spec.python(t) is True
+    TENSOR_CHANGES[change](p, buf)
+    answers = [(spec.check(t), spec.python(t)) for spec, t in specs]
+    assert all(fast is slow for fast, slow in answers), answers
+    assert not all(fast for fast, _ in answers)
+
+
+def test_fetched_tensor_spec_checks_type_and_device():
+    t = torch.randn(2, 3)
+    spec = _spec_of(t)
+    for other in (nn.Parameter(t.clone()), t.to("meta"), 3, None, [t]):
+        assert spec.check(other) is False and spec.python(other) is False
+    assert _spec_of(torch.randn(2, 3)) is spec  # equal facts share one spec
+
+
+def test_fetched_tensors_are_checked_natively_and_recompile_on_change():
+    """An entry reading tensors through a list checks each with one `.check(...)` call and
+    recompiles when one of them changes, matching eager."""
+    from harness import CollectLogs, CountingBackend
+
+    import kiln
+
+    def f(ts):
+        return ts[0] * 2 + ts[1].sum()
+
+    backend = CountingBackend()
+    cf = kiln.compile(f, backend=backend)
+    ts = [torch.randn(4, 5), torch.randn(3)]
+    kiln.set_logs("bytecode")
+    try:
+        with CollectLogs("kiln.bytecode") as log:
+            torch.testing.assert_close(cf(ts), f(ts))
+    finally:
+        kiln.set_logs()
+    entry = "\n".join(log.messages)
+    assert entry.count(".check((___seen") == 2, entry
+    ts2 = [torch.randn(4, 5), torch.randn(3)]
+    torch.testing.assert_close(cf(ts2), f(ts2))
+    assert len(backend.graphs) == 1
+    ts3 = [torch.randn(5, 4).t(), torch.randn(3)]  # other strides
+    torch.testing.assert_close(cf(ts3), f(ts3))
+    ts4 = [torch.randn(4, 5), torch.randn(3, dtype=torch.float64)]
+    torch.testing.assert_close(cf(ts4), f(ts4))
+    assert len(backend.graphs) == 3
 
 
 def test_item_table_checks_type_and_value():

@@ -168,3 +168,42 @@ def test_cpu_optimizer_keeps_its_counts_on_the_cpu():
     kiln.compile(opt.step)()
     assert opt.param_groups[0]["capturable"] is False
     assert all(opt.state[p]["step"].device.type == "cpu" for p in params)
+
+
+def test_cuda_graph_of_a_step_reads_a_scheduled_lr_in_its_kernels():
+    """The Triton code of a CUDA step, made on this machine from the graph kiln captures (on the
+    CPU) given fake CUDA tensors: a learning rate a scheduler changes is a float input, which
+    lives on the GPU beside the parameters (autograd/float_inputs.py). On the CPU, `1 - lr * wd`
+    was a host-side ATen call, and so was each parameter's weight decay that read it."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    params = [torch.randn(s).requires_grad_() for s in _shapes(6)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, foreach=True, capturable=True)
+    graphs = []
+
+    def grab(gm, example_inputs):
+        graphs.append((gm, example_inputs))
+        return gm.forward
+
+    step = kiln.compile(opt.step, backend=grab)
+    for _ in range(3):  # the state, then two learning rates: the lr is a float input
+        step()
+        opt.param_groups[0]["lr"] *= 0.5
+    gm, example_inputs = graphs[-1]
+    assert any(type(x) is float for x in example_inputs)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        fake = [
+            torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cuda")
+            if isinstance(x, torch.Tensor)
+            else x
+            for x in example_inputs
+        ]
+        # (the Triton build for a CUDA device this machine lacks fails after the code is
+        # logged, and the backend runs the graph on eager kernels: only the code is checked)
+        code = _logged(lambda: inductor(gm, fake))
+    assert "Triton kernels:" in code
+    assert "extern call" not in code, code[-3000:]
+    assert _launches(code) <= 4

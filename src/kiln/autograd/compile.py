@@ -58,7 +58,7 @@ from ..gc_pause import paused_gc, saved_tensor_hooks_suspended
 from . import decomps
 from .analyze import analyze
 from .attention_masks import simplify_attention_masks
-from .float_inputs import as_tensors, float_positions, make_tensor_inputs
+from .float_inputs import as_tensors, float_positions, graph_device, make_tensor_inputs
 from .partition import Partition, partition_joint
 from .runtime import InferenceEntry, SymbolicOutputs, TrainingEntry, TrainingPlan
 from .symbolic import FakeWorld, needs_shape_env, symbolic_world
@@ -131,6 +131,7 @@ class AotCompiled:
         self.only: Any = None
         self.partitions: dict[tuple, Partition] = {}  # training entries' partition records
         self.float_inputs: list[int] = []  # float inputs passed as 0-d tensors
+        self.float_device: torch.device | None = None  # on this device (float_inputs.py)
         self.rewritten = False  # the graph rewrites ran (`_rewrite`, before the first trace)
         # where compiled entries are kept across processes (EntryStore; None: nowhere)
         self.entry_store: EntryStore | None = None
@@ -175,7 +176,7 @@ class AotCompiled:
 
     def __call__(self, *args: Any) -> Any:
         if self.float_inputs:  # (float_inputs.py)
-            args = tuple(as_tensors(args, self.float_inputs))
+            args = tuple(as_tensors(args, self.float_inputs, self.float_device))
         only = self.only
         if only is not None:
             return only(args)
@@ -399,8 +400,9 @@ def aot_compile(
     env = world.shape_env if world is not None else None
     guards_from = len(env.guards) if env is not None else 0  # (capture checks the ones before)
     floats = float_positions(gm, example_inputs)
+    float_device = graph_device(example_inputs) if floats else None
     if floats:
-        example_inputs = as_tensors(example_inputs, floats)
+        example_inputs = as_tensors(example_inputs, floats, float_device)
     if decompositions is None:
         logs.once(
             "aot-decomps", "aot_graphs", lambda: "kiln decomposition table:\n" + decomps.describe()
@@ -416,7 +418,7 @@ def aot_compile(
         world,
         guards_from,
     )
-    compiled.float_inputs = floats
+    compiled.float_inputs, compiled.float_device = floats, float_device
     compiled.entry_store = entry_store
     compiled.on_compile = on_compile
     key = compiled.key(example_inputs)

@@ -86,9 +86,17 @@ class Guard:
         checks after it and for the graph's inputs (`Namer.bound`)."""
         if self.source is None or self.other is not None:
             return self.expr(namer)
-        names = {k: _literal(v) or namer.const(v) for k, v in self.held.items()}
         full = self.source.expr(namer)
         s = _reuse_bound(full, bound)
+        if self.kind == "TENSOR" and self.native is not None:
+            # one call checks the tensor (its C++ twin once the native module loads): an
+            # optimizer's step reads ~600 tensors through lists and dicts on every call, ~1 us
+            # each as the chain of attribute reads below
+            if not s.isidentifier():
+                var = bound[full] = f"___seen{len(bound)}"
+                s = f"({var} := {s})"
+            return f"{namer.const(_tensor_spec(self.held), 'ts')}.check({s})"
+        names = {k: _literal(v) or namer.const(v) for k, v in self.held.items()}
         if (
             self.check.count("{s}") < 2
             or not self.check.startswith(_BINDABLE)
@@ -224,6 +232,28 @@ def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
     return Guard(source, "TENSOR", check, held, text, native=native)
 
 
+def _tensor_spec(held: dict):
+    """The native table (`kiln.native.tensor_spec`) checking a tensor guard's facts, with the
+    same answers as its chain of attribute reads."""
+    from .. import native  # here: importing it starts nothing
+
+    t, d, sh, st, rg = held["t"], held["d"], held["sh"], held["st"], held["rg"]
+    dev = held.get("dev", _CPU)
+
+    def python_check(x: Any) -> bool:
+        return (
+            type(x) is t
+            and x.dtype is d
+            and x.device == dev
+            and x.shape == sh
+            and x.stride() == st
+            and x.requires_grad is rg
+        )
+
+    return native.tensor_spec((t, d, dev, sh, st, rg), python_check)
+
+
+_CPU = torch.device("cpu")
 _IS_INFERENCE = torch._C.TensorBase.is_inference  # the unbound method: no attribute lookup
 
 

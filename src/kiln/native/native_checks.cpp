@@ -194,6 +194,77 @@ PyObject* prepare(PyObject*, PyObject* args) {
   return fn;
 }
 
+// A fetched tensor's facts (a guard whose tensor is read through a list or a dict on every
+// call, not held: an optimizer's parameters and state): the TensorRow without its object.
+struct Spec {
+  PyObject* type;  // owned
+  TensorRow row;
+  ~Spec() { Py_XDECREF(type); }
+};
+
+void destroy_spec(PyObject* capsule) {
+  delete static_cast<Spec*>(PyCapsule_GetPointer(capsule, "kiln.spec"));
+}
+
+PyObject* check_spec(PyObject* capsule, PyObject* x) {
+  const Spec* s = static_cast<Spec*>(PyCapsule_GetPointer(capsule, "kiln.spec"));
+  const TensorRow& r = s->row;
+  bool ok = false;
+  if (Py_TYPE(x) == r.type) {  // an exact torch.Tensor or Parameter (prepare_spec checks)
+    try {
+      const at::Tensor& t = THPVariable_Unpack(x);
+      ok = t.scalar_type() == r.dtype && t.device() == r.device &&
+           t.requires_grad() == r.requires_grad && t.sizes().equals(r.sizes) &&
+           t.strides().equals(r.strides);
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+  if (ok) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+}
+
+PyMethodDef check_spec_def = {"check", check_spec, METH_O,
+                              "True when the tensor has the spec's type, dtype, device, sizes, "
+                              "strides and requires_grad."};
+
+// prepare_spec((type, dtype, device, sizes, strides, requires_grad)) -> check(tensor)
+PyObject* prepare_spec(PyObject*, PyObject* r) {
+  if (!tuple_of(r, 6) || !PyType_Check(PyTuple_GET_ITEM(r, 0)) ||
+      !THPDtype_Check(PyTuple_GET_ITEM(r, 1)) || !THPDevice_Check(PyTuple_GET_ITEM(r, 2)) ||
+      !PyTuple_Check(PyTuple_GET_ITEM(r, 3)) || !PyTuple_Check(PyTuple_GET_ITEM(r, 4)) ||
+      !PyBool_Check(PyTuple_GET_ITEM(r, 5))) {
+    PyErr_SetString(PyExc_ValueError,
+                    "a spec is (type, dtype, device, sizes, strides, requires_grad)");
+    return nullptr;
+  }
+  PyObject* type = PyTuple_GET_ITEM(r, 0);
+  if (!THPVariable_CheckTypeExact((PyTypeObject*)type)) {
+    PyErr_SetString(PyExc_ValueError, "a spec's type is torch.Tensor or torch.nn.Parameter");
+    return nullptr;
+  }
+  auto* s = new Spec{nullptr, TensorRow{nullptr, (PyTypeObject*)type,
+                                        ((THPDtype*)PyTuple_GET_ITEM(r, 1))->scalar_type,
+                                        ((THPDevice*)PyTuple_GET_ITEM(r, 2))->device,
+                                        ints(PyTuple_GET_ITEM(r, 3)), ints(PyTuple_GET_ITEM(r, 4)),
+                                        PyTuple_GET_ITEM(r, 5) == Py_True}};
+  Py_INCREF(type);
+  s->type = type;
+  if (PyErr_Occurred()) {
+    delete s;
+    return nullptr;
+  }
+  PyObject* capsule = PyCapsule_New(s, "kiln.spec", destroy_spec);
+  if (capsule == nullptr) {
+    delete s;
+    return nullptr;
+  }
+  PyObject* fn = PyCFunction_New(&check_spec_def, capsule);
+  Py_DECREF(capsule);
+  return fn;
+}
+
 // data_ptrs(seq) -> tuple of each item's data_ptr(), read in C++ for a Tensor or Parameter
 // and called through Python for anything else (so a non-tensor raises what Python raises).
 PyObject* data_ptrs(PyObject*, PyObject* seq) {
@@ -266,6 +337,7 @@ PyObject* as_strided(PyObject*, PyObject* args) {
 
 PyMethodDef methods[] = {
     {"prepare", prepare, METH_VARARGS, "prepare(kind, rows, names) -> check()"},
+    {"prepare_spec", prepare_spec, METH_O, "prepare_spec(spec) -> check(tensor)"},
     {"data_ptrs", data_ptrs, METH_O, "data_ptrs(tensors) -> tuple of addresses"},
     {"as_strided", as_strided, METH_VARARGS, "as_strided(base, size, stride[, offset])"},
     {nullptr, nullptr, 0, nullptr}};
