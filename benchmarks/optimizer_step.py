@@ -117,7 +117,7 @@ def _profile(name: str, step, device: str, steps: int = 10) -> dict:
         for e in events
         if "Synchronize" in e.key or e.key in ("aten::item", "aten::_local_scalar_dense")
     )
-    sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
     print(f"--- {name}: {steps} steady steps, top ops by {sort} ---")
     print(events.table(sort_by=sort, row_limit=15, max_name_column_width=60))
     if cuda:
