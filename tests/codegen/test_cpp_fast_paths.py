@@ -116,3 +116,62 @@ def test_channels_last_rows_loop_over_channels_innermost():
     c = check(fn, x, torch.randn(16), torch.rand(16) + 0.5)
     assert "for (int64_t ri = 0; ri < 16; ++ri)" in c.cpp_source
     assert "%16" not in c.cpp_source.replace(" ", "")
+
+
+def _embeddings_layer_norm(ids, pos, wte, wpe, w, b):
+    h = F.embedding(ids, wte) + F.embedding(pos, wpe)
+    return F.layer_norm(h, (h.shape[-1],), w, b)
+
+
+def _token_inputs(batch=3, seq=20, vocab=50, width=64):
+    return (
+        torch.randint(0, vocab, (batch, seq)),
+        torch.randperm(seq),
+        torch.randn(vocab, width),
+        torch.randn(seq, width),
+        torch.randn(width),
+        torch.randn(width),
+    )
+
+
+def _row_kernels(source: str) -> list[str]:
+    return [k for k in source.split('extern "C" void kernel')[1:] if "kiln::indirect(" in k]
+
+
+def test_an_index_fixed_along_the_row_is_read_once_per_row():
+    # BERT's embeddings + layer norm: a row's token id and position are fixed along the row.
+    # Read inside the vectorized loops, GCC gathered the row's contiguous elements lane by
+    # lane; read once at the top of the row, the loops load plain vectors.
+    c = check(_embeddings_layer_norm, *_token_inputs(), inputs_fn=_token_inputs)
+    (kernel,) = _row_kernels(c.cpp_source)
+    assert kernel.count("kiln::indirect(") == 2  # one per table, not one per loop
+    assert kernel.rindex("kiln::indirect(") < kernel.index("#pragma omp simd")
+
+
+def test_an_index_fixed_along_the_row_with_symbolic_sizes():
+    from cg_helpers import trace_dynamic
+
+    from kiln.codegen import compile_graph_strict
+
+    compiled = compile_graph_strict(
+        trace_dynamic(_embeddings_layer_norm, _token_inputs()), _token_inputs()
+    )
+    (kernel,) = _row_kernels(compiled.kernel_source)
+    assert kernel.rindex("kiln::indirect(") < kernel.index("#pragma omp simd")
+    for batch, seq in ((1, 7), (4, 33)):
+        args = _token_inputs(batch, seq)
+        (got,) = compiled(*args)
+        torch.testing.assert_close(got, _embeddings_layer_norm(*args))
+
+
+def test_an_index_moving_along_the_row_is_read_per_element():
+    # gather along the row: each element has its own index, read inside the loop
+    def fn(table, idx, bias):
+        return (torch.gather(table, 1, idx) + bias).softmax(-1)
+
+    def inputs():
+        return torch.randn(8, 40), torch.randint(0, 40, (8, 30)), torch.randn(30)
+
+    c = check(fn, *inputs(), inputs_fn=inputs)
+    for kernel in _row_kernels(c.cpp_source):
+        assert kernel.index("#pragma omp simd") < kernel.index("kiln::indirect(")

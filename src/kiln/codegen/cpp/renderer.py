@@ -87,8 +87,14 @@ class CppModule:
 class _Body:
     """Emits the statements computing one member's body, common subexpressions once."""
 
-    def __init__(self, kernel_ctx: _KernelContext, lines: list[str], indent: str) -> None:
+    def __init__(
+        self, kernel_ctx: _KernelContext, lines: list[str], indent: str, row_sub=None
+    ) -> None:
+        """`row_sub`: {index variable: its value in the row position `x`} for the variables
+        that stay fixed along a row; an index read from memory at those alone is loaded once
+        per row (`_row_indirect`)."""
         self.k, self.lines, self.indent = kernel_ctx, lines, indent
+        self.row_sub = row_sub
         self.names: dict = {}
         self.indirect: dict = {}  # Indirect term -> the C variable (a sympy Symbol) holding it
 
@@ -100,6 +106,8 @@ class _Body:
             return ix
         sub = {}
         for a in terms:  # inner terms first: an outer one's index may use them
+            if a not in self.indirect and (row := self._row_indirect(a)) is not None:
+                self.indirect[a] = row
             if a not in self.indirect:
                 at = tuple(i.xreplace(sub) for i in a.index)
                 value = self.k.load(Load(a.buf, at, torch.int64))
@@ -112,6 +120,25 @@ class _Body:
                 self.indirect[a] = sympy.Symbol(var, integer=True, nonnegative=True)
             sub[a] = self.indirect[a]
         return ix.xreplace(sub)
+
+    def _row_indirect(self, a):
+        """The variable holding index `a`, defined once per row at the top of the row loop,
+        when `a` is read at a position fixed along the row (an embedding's token id); else
+        None. Loaded inside the vectorized loop, GCC turned the row's contiguous loads at
+        that index into per-lane gathers (BERT's embedding + layer norm kernel)."""
+        if self.row_sub is None or a.buf in self.k.in_kernel or a.buf in self.k.aliased:
+            return None
+        if any(indirect_terms(i) for i in a.index):
+            return None
+        free = set().union(*(sympy.sympify(i).free_symbols for i in a.index))
+        if any(not _SIZE_NAME.fullmatch(v.name) for v in free - set(self.row_sub)):
+            return None  # moves along the row
+        at = tuple(sympy.sympify(i).xreplace(self.row_sub) for i in a.index)
+        value = self.k.load(Load(a.buf, at, torch.int64))
+        fn = "kiln::indirect_wrap" if a.wrap else "kiln::indirect"
+        hoist, indent = self.k.row_hoist
+        var = hoist.name(f"{fn}(static_cast<int64_t>({value}), {sympy_str(a.size)})", indent)
+        return sympy.Symbol(var, integer=True, nonnegative=True)
 
     def emit(self, expr) -> str:
         for e in walk(expr, stop=self.names):
@@ -198,6 +225,11 @@ def _bind(lines: list[str], indent: str, vars_, sizes, source, hoist: tuple | No
         lines.append(f"{indent}const int64_t {v} = {text};")
 
 
+def _row_sub(vars_, sizes) -> dict:
+    """{row index variable: its value in the row position `x`}, as `_bind` defines them."""
+    return dict(zip(vars_, delinearize(_X, tuple(sizes))))
+
+
 def _store(k: _KernelContext, node, index_expr, value: str, indent: str, lines) -> None:
     if node.name in k.kernel.local:
         return
@@ -233,7 +265,7 @@ def _reduction(k: _KernelContext, node: Reduction, lines: list[str], ind: str) -
     inner = ind + "  "
     _bind(lines, inner, index_vars(len(node.size)), node.size, _X, k.row_hoist)
     _bind(lines, inner, reduce_vars(len(node.reduce_size)), node.reduce_size, _R)
-    body = _Body(k, lines, inner)
+    body = _Body(k, lines, inner, _row_sub(index_vars(len(node.size)), node.size))
     body.names.update(k.preset.get(node.name, {}))
     v = body.emit(node.body)
     if node.name in k.shared:
@@ -320,7 +352,8 @@ def _inner_loop(
                 lines.append(f"{inner}  const int64_t {vs[-1]} = ri;")
             else:
                 _bind(lines, inner + "  ", vs[m.split :], node.size[m.split :], _R)
-            member_body, scope = _Body(k, lines, inner + "  "), key
+            row_sub = _row_sub(vs[: m.split], node.size[: m.split])
+            member_body, scope = _Body(k, lines, inner + "  ", row_sub), key
             member_body.names.update(k.preset.get(node.name, {}))
         v = member_body.emit(body if body is not None else node.body)
         lines.append(f"{inner}  {var} = {v};")
