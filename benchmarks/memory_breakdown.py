@@ -17,6 +17,14 @@ compiler) with, for one step after warm-up:
 - arena: bytes kiln's arena blocks hold between calls (CPU; `kiln.runtime.arenas.held_bytes`),
   memory the step peak above does not see because it is allocated at the first call.
 
+`--step` measures a whole training step instead (forward with the loss, backward, AdamW's
+`opt.step`, `zero_grad(set_to_none=True)`; model and `opt.step` both compiled, as
+benchmarks/train_steps.py runs them) on the first step (the compile: kiln's trace runs the step
+for real) and on a steady one: for each phase, the most bytes alive during it above what was
+alive when the step began, and the bytes alive at its end (on the CPU, plus the arena blocks kiln
+holds between calls, which were allocated before the step; on CUDA, `max_memory_allocated`
+reset at each phase's start). Rows `step 1` (the first) and `step N` (the last of `--steps`).
+
 Models: `gpt2` (Hugging Face GPT2LMHeadModel from a config, `labels=` so the cross-entropy is
 computed inside the model, as the issue's training row), `nanogpt` (the suite's nanoGPT, loss
 `F.cross_entropy` in the compiled function), and `resnet` (a ResNet-50-shaped bottleneck conv net
@@ -25,7 +33,7 @@ cuda` uses the issue's sizes (GPT-2: 6 layers, d768, batch 8 x 512; ResNet: batc
 bfloat16) and adds torch.compile by default.
 
 Usage: PYTHONPATH=src python3 benchmarks/memory_breakdown.py [--models gpt2,nanogpt,resnet]
-       [--compilers eager,kiln,torch] [--device cpu|cuda]
+       [--compilers eager,kiln,torch] [--device cpu|cuda] [--step [--steps N]]
 Each compiler runs in its own process (`--one MODEL COMPILER` is that process).
 """
 
@@ -293,6 +301,118 @@ def measure(model_name: str, compiler: str, device: str, large: bool, warmup: in
     return row
 
 
+PHASES = ("forward", "backward", "opt_step", "zero_grad")
+
+
+class _Counter:
+    """Bytes alive above a step's start and the most since a phase began: `LiveBytes` on the
+    CPU (plus what kiln's arenas hold, allocated before the step and invisible to the mode),
+    the CUDA allocator's statistics on CUDA."""
+
+    def __init__(self, cuda: bool, counted: bool) -> None:
+        self.cuda, self.counted = cuda, counted
+        self.live = LiveBytes() if counted and not cuda else None
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            self.base = -_arena_bytes()  # held arenas count as in use by the step
+            if self.live is not None:
+                self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def phase_start(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        elif self.live is not None:
+            self.live.peak = self.live.now
+
+    def phase_end(self) -> tuple[int | None, int | None]:
+        """(the phase's peak, bytes alive at its end), both above the step's start."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            return (
+                torch.cuda.max_memory_allocated() - self.base,
+                torch.cuda.memory_allocated() - self.base,
+            )
+        if self.live is None:
+            return None, None
+        return self.live.peak - self.base, self.live.now - self.base
+
+
+def _arena_bytes() -> int:
+    if "kiln" not in sys.modules:
+        return 0
+    from kiln.runtime.arenas import held_bytes
+
+    return held_bytes()
+
+
+def measure_step(model_name: str, compiler: str, device: str, large: bool, steps: int) -> dict:
+    """The training step's memory by phase, on the first step and on step `steps` (module doc)."""
+    torch.manual_seed(0)
+    model, batch_of, loss_of = MODELS[model_name](device, large)
+    if loss_of is None:
+        raise SystemExit(f"--step needs a training model; {model_name} is inference only")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    fn, opt_step = _compiled(compiler, model), _compiled(compiler, opt.step)
+    gen = torch.Generator().manual_seed(1)
+    batches = [batch_of(gen) for _ in range(min(steps, 4))]
+    cuda = device == "cuda"
+    row: dict = {"model": model_name, "compiler": compiler, "device": device, "step": True}
+    for i in range(steps):
+        b = batches[i % len(batches)]
+        gc.collect()
+        # torch.compile runs a frame eagerly under a Python dispatch mode (module doc): counted
+        # on CUDA only, and its first call outside any mode
+        counted = cuda or compiler != "torch"
+        record = i in (0, steps - 1)
+        phases = {}
+        with _Counter(cuda, counted and record) as count:
+            count.phase_start()
+            loss = loss_of(fn, b)
+            phases["forward"] = count.phase_end()
+            count.phase_start()
+            loss.backward()
+            phases["backward"] = count.phase_end()
+            count.phase_start()
+            opt_step()
+            phases["opt_step"] = count.phase_end()
+            count.phase_start()
+            opt.zero_grad(set_to_none=True)
+            phases["zero_grad"] = count.phase_end()
+            row["loss" if i else "first_loss"] = float(loss)
+            del loss
+        if record:
+            row["first" if i == 0 else "steady"] = phases
+    row["steps"] = steps
+    if compiler == "kiln" and not cuda:
+        row["arena"] = _arena_bytes()
+    if cuda:
+        row["cuda_total_peak"] = torch.cuda.max_memory_allocated()
+    return row
+
+
+def _step_table(rows: list[dict]) -> None:
+    head = " | ".join(f"{p} peak | {p} end" for p in PHASES)
+    print(f"| model | compiler | step | {head} | step peak |")
+    print("| --- | --- | --- | " + " | ".join("---" for _ in range(2 * len(PHASES))) + " | --- |")
+    for r in rows:
+        for which, label in (("first", "1"), ("steady", str(r["steps"]))):
+            phases = r[which]
+            cells = [_fmt(v) for p in PHASES for v in phases[p]]
+            peaks = [phases[p][0] for p in PHASES if phases[p][0] is not None]
+            cells.append(_fmt(max(peaks)) if peaks else "-")
+            print(f"| {r['model']} | {r['compiler']} | {label} | " + " | ".join(cells) + " |")
+
+
 def _fmt(v) -> str:
     return "-" if v is None else f"{v / MIB:.1f}"
 
@@ -304,11 +424,16 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--large", action="store_true", help="the issue's sizes (default on cuda)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--step", action="store_true", help="a whole training step, by phase")
+    ap.add_argument("--steps", type=int, default=3, help="with --step: the steady step's number")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "COMPILER"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     large = args.large or args.device == "cuda"
     if args.one:
-        print(json.dumps(measure(*args.one, args.device, large)))
+        if args.step:
+            print(json.dumps(measure_step(*args.one, args.device, large, args.steps)))
+        else:
+            print(json.dumps(measure(*args.one, args.device, large)))
         return 0
     compilers = args.compilers or ("eager,torch,kiln" if args.device == "cuda" else "eager,kiln")
     rows = []
@@ -316,6 +441,7 @@ def main() -> int:
         for compiler in compilers.split(","):
             cmd = [sys.executable, __file__, "--device", args.device, "--one", model_name, compiler]
             cmd += ["--large"] if large else []
+            cmd += ["--step", "--steps", str(args.steps)] if args.step else []
             proc = subprocess.run(cmd, capture_output=True, text=True)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             if proc.returncode or not lines:
@@ -323,15 +449,22 @@ def main() -> int:
                 continue
             rows.append(json.loads(lines[-1]))
     print(f"device {args.device}, {'issue sizes' if large else 'small sizes'}; MiB")
+    if args.step:
+        _step_table(rows)
+    else:
+        _table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+def _table(rows: list[dict]) -> None:
     print("| model | compiler | saved | fw peak | step peak | kept (CPU) | arena (CPU) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         cells = [r.get(k) for k in ("saved", "fw_peak", "step_peak", "kept", "arena")]
         print(f"| {r['model']} | {r['compiler']} | " + " | ".join(_fmt(c) for c in cells) + " |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    return 0
 
 
 if __name__ == "__main__":

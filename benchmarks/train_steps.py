@@ -13,10 +13,14 @@ process, on CUDA when present:
 Each run records the loss (or a parameter checksum) of every step, so runs of different
 compilers from the same seed can be compared, and times the steps after a warm-up as a training
 loop runs them: back-to-back, each step timed with CUDA events, median reported; the first step
-(compile included) is timed alone. `--all` runs every compiler of a scenario in its own process
-and prints a table with the loss curves' largest difference from eager's.
+(compile included) is timed alone. On CUDA the peak of allocated memory
+(`max_memory_allocated`) is reported for the first step and for the later ones apart (kiln's
+first step is its trace, the user's code run for real), and the larger as `peak_mib`. `--all`
+runs every compiler of a scenario (or those `--compilers` names) in its own process and prints a
+table with the loss curves' largest difference from eager's.
 
 Usage: PYTHONPATH=src python benchmarks/train_steps.py --all gpt2 [--steps 20] [--json out.json]
+       [--compilers eager,kiln]
        PYTHONPATH=src python benchmarks/train_steps.py --scenario adamw --compiler kiln
 """
 
@@ -134,7 +138,7 @@ def run_one(scenario: str, compiler: str, steps: int, timed: int) -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     step, value = SCENARIOS[scenario](compiler, device, steps)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    curve, first = [], None
+    curve, first, first_peak = [], None, None
     for i in range(steps):
         sync()
         t = time.perf_counter()
@@ -143,6 +147,9 @@ def run_one(scenario: str, compiler: str, steps: int, timed: int) -> dict:
         sync()
         if first is None:
             first = time.perf_counter() - t
+            if device == "cuda":  # the first step (the compile) apart from the steady ones
+                first_peak = torch.cuda.max_memory_allocated() / 2**20
+                torch.cuda.reset_peak_memory_stats()
     ms = []
     for i in range(timed):
         if device == "cuda":
@@ -163,8 +170,14 @@ def run_one(scenario: str, compiler: str, steps: int, timed: int) -> dict:
         "first_step_s": first,
         "step_ms_median": statistics.median(ms),
         "curve": curve,
-        "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None,
+        "peak_mib": None,
+        "peak_first_step_mib": first_peak,
+        "peak_later_steps_mib": None,
     }
+    if device == "cuda":  # allocated bytes (tensors), not the caching allocator's reserve
+        later = torch.cuda.max_memory_allocated() / 2**20
+        out["peak_later_steps_mib"] = later
+        out["peak_mib"] = max(later, first_peak or 0.0)
     if compiler == "kiln":
         from kiln.backends.builtin import fallbacks
 
@@ -172,9 +185,9 @@ def run_one(scenario: str, compiler: str, steps: int, timed: int) -> dict:
     return out
 
 
-def run_all(scenario: str, steps: int, timed: int) -> list[dict]:
+def run_all(scenario: str, steps: int, timed: int, compilers=None) -> list[dict]:
     rows = []
-    for compiler in COMPILERS[scenario]:
+    for compiler in compilers or COMPILERS[scenario]:
         cmd = [sys.executable, __file__, "--scenario", scenario, "--compiler", compiler]
         cmd += ["--steps", str(steps), "--timed", str(timed), "--print-json"]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
@@ -198,13 +211,15 @@ def main() -> int:
     ap.add_argument("--scenario", choices=sorted(SCENARIOS))
     ap.add_argument("--compiler", default="kiln")
     ap.add_argument("--all", choices=sorted(SCENARIOS))
+    ap.add_argument("--compilers", help="with --all: a comma-separated subset (default all)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--timed", type=int, default=20)
     ap.add_argument("--json")
     ap.add_argument("--print-json", action="store_true")
     args = ap.parse_args()
     if args.all:
-        rows = run_all(args.all, args.steps, args.timed)
+        chosen = args.compilers.split(",") if args.compilers else None
+        rows = run_all(args.all, args.steps, args.timed, chosen)
         for r in rows:
             if "error" in r:
                 print(f"{r['compiler']:6s} FAILED: {r['error'][-600:]}")
@@ -212,6 +227,8 @@ def main() -> int:
             print(
                 f"{r['compiler']:6s} step {r['step_ms_median']:8.3f} ms (median of {args.timed})"
                 f"  first {r['first_step_s']:6.2f} s  peak {r['peak_mib'] or 0:8.1f} MiB"
+                f" (first step {r['peak_first_step_mib'] or 0:.1f}, later steps "
+                f"{r['peak_later_steps_mib'] or 0:.1f})"
                 f"  curve max rel diff {r.get('curve_max_rel_diff', 0):.2e}"
                 f"  fallbacks {len(r.get('fallbacks', []))}  eager warnings "
                 f"{len(r.get('eager_warnings', []))}"

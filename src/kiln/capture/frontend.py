@@ -208,6 +208,7 @@ class CompiledFunction:
         result = self._trace_call(args, kwargs, made)
         if made:
             settle_effects(made[0])
+            made[0].release()  # the call's real values die now, not at the next collection
         return unwrap(result)
 
     def _trace_call(self, args: tuple, kwargs: dict, made: list):

@@ -71,6 +71,15 @@ class Interpreter:
         self.root_frame: Frame | None = None
         self.root_resumable = False  # no module hooks around the root call
 
+    def release(self) -> None:
+        """The call is over: drop the frames and exceptions that still hold its values (the
+        root frame's locals, a caught exception's traceback), which would otherwise wait in
+        reference cycles for the garbage collector (Tracer.release)."""
+        self.frames.clear()
+        self.root_frame = None
+        self.current_exc = None
+        self.split_parts.clear()
+
     # ---- running frames -----------------------------------------------------------------------
     def run_frame(self, frame: Frame) -> tuple[int, Any]:
         if len(self.frames) > self.depth_limit:

@@ -279,6 +279,23 @@ class Tracer:
         node.meta["source"] = desc
         return node
 
+    def release(self) -> None:
+        """The traced call is over (and its entry installed): let go of the real values the
+        trace kept alive (objects made in the call, intermediates held by id, the objects it
+        read, its graph's inputs, its interpreter's frames). The tracer sits in reference
+        cycles (its interpreter, closures over it), so without this they would live until the
+        garbage collector found the cycles, which after a compile can be many steps later: a
+        language model's first training step ran its backward with the traced forward's logits
+        alive, and a traced optimizer step kept every gradient past `zero_grad`."""
+        self.keepalive.clear()
+        self._refs.clear()
+        self.tensor_nodes.clear()
+        self.sources.clear()  # every object the trace read, inputs included
+        self.placeholders.clear()  # the graph's inputs (an optimizer step's gradients)
+        interp = getattr(self, "interp", None)
+        if interp is not None:
+            interp.release()
+
     def _hold_intermediates(self) -> None:
         """From now on fakes are keyed by id: keep the graph's live intermediates alive."""
         self.keepalive += [t for t in (r() for r in self._refs.values()) if t is not None]
