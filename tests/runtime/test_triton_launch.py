@@ -54,8 +54,8 @@ def test_later_launches_are_raw_and_right():
         torch.testing.assert_close(out, 2 * x + y)
         if i == 0:
             assert launch.compiled is not None
-    # an integer argument (n) is not a tensor, so this kernel keeps the CompiledKernel path
-    assert launch.raw is None
+    # an integer (size) argument launches raw too, its specialization class checked per launch
+    assert launch.raw is not None and launch.ints == (3,)
 
 
 def test_size_arguments_of_one_launch_change_specialization_and_stay_right():
@@ -66,12 +66,13 @@ def test_size_arguments_of_one_launch_change_specialization_and_stay_right():
 
     kernel = FastKernel(_axpy())
     launch = kernel[(4,)]
-    for n in (1000, 1008, 1024, 1, 999, 1000, 1):
+    for n in (1000, 1008, 1024, 1, 999, 1000, 1, 2, 1008, 1):
         x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
-        out = torch.empty(n, device="cuda")
+        out = torch.full((n,), float("nan"), device="cuda")
         launch(x, y, out, n, XBLOCK=256, num_warps=4)
         torch.testing.assert_close(out, 2 * x + y)
     assert launch.compiled is not None
+    assert launch.raw is not None  # the first class's launches (1000, 999, 2) went raw
 
 
 def _copy2():

@@ -27,7 +27,9 @@ A compiled kernel is specialized on which pointer arguments are 16-byte aligned,
 integer arguments (the size arguments of a kernel compiled for symbolic sizes) are 1 or
 divisible by 16; a later launch whose arguments differ there (a view at an odd offset, a length
 not divisible by 16) takes Triton's own path, which picks or compiles the matching variant. A
-kernel with size arguments launches through `CompiledKernel.run`, not the raw launcher. While a
+kernel with size arguments launches raw too, its sizes' classes checked on each launch (GPT-2
+served at any length: 51 launches a call through `CompiledKernel.run` cost its dynamic entry
+1.8 ms more host time per call than a static entry's, on the H200 host). While a
 launch hook is set (profilers add them to `knobs.runtime.launch_enter_hook`), launches take
 Triton's path, so the hooks see every launch.
 """
@@ -46,14 +48,20 @@ _data_ptr = torch.Tensor.data_ptr
 _stream_of = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent in CPU builds
 
 
+def _int_class(a: int) -> tuple:
+    """What Triton specializes an integer argument (a size argument) on: equal to 1 (then a
+    constant of the kernel), divisible by 16, past 32 bits."""
+    return (a == 1, a % 16 == 0, not -(2**31) <= a < 2**31)
+
+
 def _aligned(args) -> tuple:
     """What Triton specializes a launch on: pointers 16-byte aligned, integer arguments (kiln's
-    size arguments) equal to 1, divisible by 16, or past 32 bits. Launches that agree here run
-    the same compiled kernel, whatever the sizes."""
+    size arguments) as `_int_class` says. Launches that agree here run the same compiled
+    kernel, whatever the sizes."""
     return tuple(
         a.data_ptr() % 16 == 0
         if isinstance(a, torch.Tensor)
-        else (a == 1, a % 16 == 0, not -(2**31) <= a < 2**31)
+        else _int_class(a)
         if type(a) is int
         else a
         for a in args
@@ -63,22 +71,32 @@ def _aligned(args) -> tuple:
 class _Launch:
     __slots__ = (
         "jit", "grid", "compiled", "aligned", "consts", "device", "raw", "head", "owner", "key",
+        "ints", "int_classes", "tensors",
     )  # fmt: skip
 
     def __init__(self, jit, grid: tuple, owner: dict | None = None) -> None:
         self.jit, self.grid = jit, tuple(grid) + (1,) * (3 - len(grid))
         self.compiled = self.raw = None
+        self.ints: tuple = ()  # positions of integer (size) arguments, for a raw launch
         self.owner, self.key = owner, grid  # the FastKernel holding this launch, under `key`
 
     def __call__(self, *args, **kwargs):
         raw = self.raw
         if raw is not None and _no_hooks():
-            ptrs = tuple(map(_data_ptr, args))
-            if not reduce(or_, ptrs, 0) & 15:  # every pointer 16-byte aligned, as compiled
-                g0, g1, g2, function, coop, pdl, meta = self.head
-                raw(g0, g1, g2, _stream_of(self.device), function, coop, pdl, None, None, meta,
-                    None, None, None, *ptrs, *self.consts)  # fmt: skip
-                return
+            if self.ints:
+                vals = self._raw_args(args)
+                if vals is not None:
+                    g0, g1, g2, function, coop, pdl, meta = self.head
+                    raw(g0, g1, g2, _stream_of(self.device), function, coop, pdl, None, None,
+                        meta, None, None, None, *vals, *self.consts)  # fmt: skip
+                    return
+            else:
+                ptrs = tuple(map(_data_ptr, args))
+                if not reduce(or_, ptrs, 0) & 15:  # every pointer 16-byte aligned, as compiled
+                    g0, g1, g2, function, coop, pdl, meta = self.head
+                    raw(g0, g1, g2, _stream_of(self.device), function, coop, pdl, None, None,
+                        meta, None, None, None, *ptrs, *self.consts)  # fmt: skip
+                    return
         ck = self.compiled
         if ck is not None and _no_hooks() and _aligned(args) == self.aligned:
             g = self.grid
@@ -90,6 +108,19 @@ class _Launch:
         if ck is None and kernel is not None and hasattr(kernel, "packed_metadata"):
             self._keep(kernel, args, kwargs)
 
+    def _raw_args(self, args) -> list | None:
+        """The launcher's arguments (pointers as addresses, sizes as they are) when this launch
+        matches the compiled specialization: every pointer 16-byte aligned and every size of
+        the class it was compiled for (a size of 1 is a constant of the kernel, so a launch
+        with another value must not reuse it); else None (Triton's path picks the variant)."""
+        vals = [a if type(a) is int else _data_ptr(a) for a in args]
+        if reduce(or_, [vals[i] for i in self.tensors], 0) & 15:
+            return None
+        for i, cls in zip(self.ints, self.int_classes):
+            if _int_class(vals[i]) != cls:
+                return None
+        return vals
+
     def _keep(self, kernel, args, kwargs) -> None:
         """After the first launch: what later launches need to skip Triton's Python."""
         self.aligned = _aligned(args)
@@ -97,8 +128,12 @@ class _Launch:
         self.device = torch.cuda.current_device()
         launcher = kernel.run  # loads the launcher now, not inside a later capture
         self.compiled = kernel
-        # every argument a tensor at a 16-byte aligned address: the common case, launched raw
-        plain = all(isinstance(a, torch.Tensor) for a in args) and all(self.aligned)
+        # every argument a tensor at a 16-byte aligned address (the common case), or such
+        # tensors and integer size arguments (a kernel compiled for symbolic sizes): launched
+        # raw, the sizes' specialization classes checked on each launch (_raw_args)
+        ints = tuple(i for i, a in enumerate(args) if type(a) is int)
+        tensors = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+        plain = len(ints) + len(tensors) == len(args) and all(self.aligned[i] for i in tensors)
         scratch = getattr(launcher, "global_scratch_size", 1) or getattr(
             launcher, "profile_scratch_size", 1
         )
@@ -110,7 +145,10 @@ class _Launch:
                 g = self.grid
                 self.head = (g[0], g[1], g[2], kernel.function, coop, pdl, kernel.packed_metadata)
                 self.raw = raw
-                self._bind(kernel, launcher, len(args))
+                self.ints, self.tensors = ints, tensors
+                self.int_classes = tuple(self.aligned[i] for i in ints)
+                if not ints:
+                    self._bind(kernel, launcher, len(args))
 
     def _bind(self, kernel, launcher, nparams: int) -> None:
         """Put a native `BoundLaunch` in the owner's place of this launch, where kiln's native
