@@ -2,8 +2,9 @@
 
 Takes a `torch.optim.Optimizer` whose method the trace is about to call (calls.py, for
 `kiln.compile(opt.step)` and for `opt.step()` inside a compiled function); when every parameter
-lives on one accelerator (not the CPU), sets `capturable=True` in each parameter group that has
-the flag, and moves each state's CPU step count (`state[p]["step"]`) to its parameter's device.
+lives on one accelerator of a type torch's optimizers support `capturable` on (CUDA, XPU, ...;
+not the CPU), sets `capturable=True` in each parameter group that has the flag, and moves each
+state's CPU step count (`state[p]["step"]`) to its parameter's device.
 It changes the optimizer itself, as torch.compile does with the same optimizer (its
 `capturable` and step moves); values are unchanged, and eager steps after it (a fallback, the
 uncompiled `opt.step`) take the same path, which torch supports for capturable optimizers.
@@ -23,6 +24,15 @@ from __future__ import annotations
 import torch
 
 
+def _capturable_device_types() -> tuple[str, ...]:
+    """The device types torch's optimizers accept `capturable=True` on (they check it on every
+    capturable step, eager ones included, so a device outside it keeps its CPU counts)."""
+    from torch.optim import optimizer
+
+    supported = getattr(optimizer, "_get_capturable_supported_devices", None)
+    return tuple(supported()) if supported is not None else ("cuda",)
+
+
 def keep_state_on_device(opt: torch.optim.Optimizer) -> None:
     """`opt`'s groups capturable and its step counts on its parameters' device (module doc);
     nothing when a parameter is on the CPU, when the parameters span devices, or for a fused
@@ -31,7 +41,7 @@ def keep_state_on_device(opt: torch.optim.Optimizer) -> None:
     if not isinstance(groups, list) or not groups:
         return
     devices = {p.device for g in groups for p in g.get("params", ()) if isinstance(p, torch.Tensor)}
-    if len(devices) != 1 or next(iter(devices)).type in ("cpu", "meta"):
+    if len(devices) != 1 or next(iter(devices)).type not in _capturable_device_types():
         return
     for group in groups:
         if group.get("capturable") is False and not group.get("fused"):
