@@ -45,51 +45,15 @@ import json
 import os
 import subprocess
 import sys
-import weakref
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+
+from kiln.bench.live_bytes import LiveBytes
 
 MIB = 2**20
-
-
-class LiveBytes(TorchDispatchMode):
-    """Bytes of the storages created while the mode is on that are still alive, and their peak.
-
-    Each new storage (by its data pointer) is counted once and dropped when its Python storage
-    object dies (torch keeps one such object per storage, so a weak reference to it lives as
-    long as the memory). An output on the storage of one of the op's inputs (a view, an `out=`
-    call, an in-place op) is no new memory: a block made before the mode (a parameter, kiln's
-    arena kept from the last call) is not counted when an op views it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live: dict[int, int] = {}
-        self.now = 0
-        self.peak = 0
-
-    def _drop(self, key: int) -> None:
-        self.now -= self.live.pop(key, 0)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if _real(t)}
-        for t in tree_leaves(out):
-            if not _real(t):
-                continue
-            storage = t.untyped_storage()
-            key = storage.data_ptr()
-            if key in self.live or key in given or storage.nbytes() == 0:
-                continue
-            self.live[key] = storage.nbytes()
-            self.now += storage.nbytes()
-            self.peak = max(self.peak, self.now)
-            weakref.finalize(storage, self._drop, key)
-        return out
 
 
 def _real(t) -> bool:
@@ -262,7 +226,7 @@ def measure(model_name: str, compiler: str, device: str, large: bool, warmup: in
     # counted this way at all: those cells stay empty rather than report eager's bytes.
     counted = not cuda and compiler != "torch"
     if counted:
-        with LiveBytes() as first:
+        with LiveBytes(_real) as first:
             step(batches[0])
     else:
         step(batches[0])
@@ -286,7 +250,7 @@ def measure(model_name: str, compiler: str, device: str, large: bool, warmup: in
             torch.cuda.synchronize()
             row[phase] = torch.cuda.max_memory_allocated() - base
         elif counted:
-            with LiveBytes() as live:
+            with LiveBytes(_real) as live:
                 out = run()
             row[phase] = live.peak
         else:
@@ -311,7 +275,7 @@ class _Counter:
 
     def __init__(self, cuda: bool, counted: bool) -> None:
         self.cuda, self.counted = cuda, counted
-        self.live = LiveBytes() if counted and not cuda else None
+        self.live = LiveBytes(_real) if counted and not cuda else None
 
     def __enter__(self):
         if self.cuda:

@@ -3,17 +3,14 @@ saves, measured on the tensors themselves (`saved_tensors_hooks`), with eager's 
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 import torch.fx
 import torch.nn.functional as F
 from aot_helpers import clone_inputs, compare
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from kiln.autograd import aot_compile
 from kiln.autograd.backend import eager_graph
+from kiln.bench.live_bytes import LiveBytes
 
 aten = torch.ops.aten
 
@@ -124,39 +121,6 @@ def test_cross_entropy_trains_like_eager_through_the_code_generator():
             torch.testing.assert_close(g.grad, r.grad, rtol=1e-4, atol=1e-4)
 
 
-class _PeakBytes(TorchDispatchMode):
-    """The most bytes alive at once among the tensors ATen ops make while the mode is on (an
-    output on an input's storage, a view or an `out=` call, is not new memory)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live: dict[int, int] = {}
-        self.now = self.peak = 0
-
-    def _drop(self, key: int) -> None:
-        self.now -= self.live.pop(key, 0)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        given = {
-            t.untyped_storage().data_ptr()
-            for t in tree_leaves((args, kwargs or {}))
-            if isinstance(t, torch.Tensor)
-        }
-        for t in tree_leaves(out):
-            if not isinstance(t, torch.Tensor):
-                continue
-            s = t.untyped_storage()
-            key = s.data_ptr()
-            if key in self.live or key in given or not s.nbytes():
-                continue
-            self.live[key] = s.nbytes()
-            self.now += s.nbytes()
-            self.peak = max(self.peak, self.now)
-            weakref.finalize(s, self._drop, key)
-        return out
-
-
 def test_an_output_without_gradient_gets_no_zeros_in_the_backward():
     # A model returning (loss, logits) and a loop backpropagating the loss alone: autograd
     # used to hand the compiled backward zeros of the logits' size for the unused output
@@ -172,10 +136,10 @@ def test_an_output_without_gradient_gets_no_zeros_in_the_backward():
         ref_in = [h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()]
         got_in = [h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()]
         want = f(*ref_in, targets)[0]
-        with _PeakBytes() as eager_peak:
+        with LiveBytes() as eager_peak:
             want.backward()
         got = compiled(*got_in, targets)[0]
-        with _PeakBytes() as peak:
+        with LiveBytes() as peak:
             got.backward()
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
         for g, r in zip(got_in, ref_in):

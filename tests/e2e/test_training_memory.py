@@ -11,54 +11,19 @@ import gc
 import os
 import subprocess
 import sys
-import weakref
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 import kiln
+from kiln.bench.live_bytes import LiveBytes
 from kiln.runtime.arenas import held_bytes
 
 # What a compiled step may hold above eager's peak: a tenth, for buffers a kernel fuses
 # differently (the logits here are 4 MiB; every fault this test guards against is one or more
 # logits-sized tensors).
 MARGIN = 0.10
-
-
-class _PeakBytes(TorchDispatchMode):
-    """The most bytes alive at once among the tensors ATen ops make while the mode is on (an
-    output on an input's storage, a view or an `out=` call, is not new memory)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live: dict[int, int] = {}
-        self.now = self.peak = 0
-
-    def _drop(self, key: int) -> None:
-        self.now -= self.live.pop(key, 0)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        given = {
-            t.untyped_storage().data_ptr()
-            for t in tree_leaves((args, kwargs or {}))
-            if isinstance(t, torch.Tensor)
-        }
-        for t in tree_leaves(out):
-            if not isinstance(t, torch.Tensor):
-                continue
-            s = t.untyped_storage()
-            key = s.data_ptr()
-            if key in self.live or key in given or not s.nbytes():
-                continue
-            self.live[key] = s.nbytes()
-            self.now += s.nbytes()
-            self.peak = max(self.peak, self.now)
-            weakref.finalize(s, self._drop, key)
-        return out
 
 
 def _mlp(vocab: int):
@@ -142,10 +107,10 @@ def _check(make) -> None:
     logits_bytes = tokens * vocab * 4
     for i in range(4):
         x, y = batch(tokens)
-        with _PeakBytes() as want_peak:
+        with LiveBytes() as want_peak:
             want = eager(x, y)
         arena_before = held_bytes()
-        with _PeakBytes() as got_peak:
+        with LiveBytes() as got_peak:
             got = compiled(x, y)
         # arena blocks (CPU) made before this step are memory it uses that the mode cannot see
         got_bytes = got_peak.peak + arena_before
