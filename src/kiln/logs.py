@@ -8,9 +8,11 @@ logging costs nothing when it is off. `once` prints a line a single time per pro
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import sys
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from . import options as _options
 from . import trace
@@ -86,6 +88,24 @@ def set_logs(*names: str, **flags: bool) -> None:
     _enabled = chosen
     if chosen:
         _ensure_handler()
+
+
+@contextlib.contextmanager
+def captured(*names: str) -> Iterator[io.StringIO]:
+    """The messages of artifacts `names` logged inside the block, one a line, in the StringIO
+    it gives (tests and tools read kiln's decisions this way); the artifacts on before are on
+    again after it."""
+    global _enabled
+    before = set(enabled_artifacts())
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    _root.addHandler(handler)
+    set_logs(*names)
+    try:
+        yield buf
+    finally:
+        _enabled = before
+        _root.removeHandler(handler)
 
 
 def is_on(artifact: str) -> bool:

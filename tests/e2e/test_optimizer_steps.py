@@ -10,8 +10,6 @@ tolerance; a float64 parameter differs from plain eager by that float32 step cou
 
 from __future__ import annotations
 
-import io
-import logging
 import re
 from unittest import mock
 
@@ -19,6 +17,7 @@ import pytest
 import torch
 
 import kiln
+from kiln import logs
 from kiln.backends.builtin import fallbacks, inductor
 
 OPTIMIZERS = {
@@ -186,15 +185,8 @@ def test_lr_read_beyond_item_access_is_guarded_by_value():
 
 def _logged(fn) -> str:
     """The output_code + schedule log of `fn()`."""
-    buf = io.StringIO()
-    handler = logging.StreamHandler(buf)
-    logging.getLogger("kiln").addHandler(handler)
-    kiln.set_logs("output_code", "schedule")
-    try:
+    with logs.captured("output_code", "schedule") as buf:
         fn()
-    finally:
-        kiln.set_logs()
-        logging.getLogger("kiln").removeHandler(handler)
     return buf.getvalue()
 
 

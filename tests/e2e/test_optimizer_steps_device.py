@@ -11,8 +11,6 @@ number of launches, and matches plain eager.
 
 from __future__ import annotations
 
-import io
-import logging
 import re
 from unittest import mock
 
@@ -20,6 +18,7 @@ import pytest
 import torch
 
 import kiln
+from kiln import logs
 from kiln.backends.builtin import inductor
 
 OPTIMIZERS = {
@@ -38,15 +37,8 @@ def _shapes(n: int) -> list[tuple[int, ...]]:
 
 def _logged(fn) -> str:
     """The output_code + perf_hints log of `fn()`."""
-    buf = io.StringIO()
-    handler = logging.StreamHandler(buf)
-    logging.getLogger("kiln").addHandler(handler)
-    kiln.set_logs("output_code", "perf_hints")
-    try:
+    with logs.captured("output_code", "perf_hints") as buf:
         fn()
-    finally:
-        kiln.set_logs()
-        logging.getLogger("kiln").removeHandler(handler)
     return buf.getvalue()
 
 
