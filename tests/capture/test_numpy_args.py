@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from harness import CountingBackend
+from np_helpers import assert_np_same
 
 import kiln
 from kiln.capture.errors import Unsupported
@@ -23,33 +24,6 @@ def _array(shape, dtype=np.float32):
     if np.dtype(dtype).kind in "iu":
         return RNG.integers(1, 50, size=shape).astype(dtype)
     return (RNG.standard_normal(shape) * 3).astype(dtype)
-
-
-def _same(got, expected, path="out"):
-    """Same type, dtype and values (float32 tolerances: kernels sum in their own order)."""
-    assert type(got) is type(expected), f"{path}: {type(got)} != {type(expected)}"
-    if isinstance(expected, (tuple, list)):
-        assert len(got) == len(expected)
-        for i, (g, e) in enumerate(zip(got, expected)):
-            _same(g, e, f"{path}[{i}]")
-    elif isinstance(expected, dict):
-        assert list(got) == list(expected), f"{path}: keys differ"
-        for k in expected:
-            _same(got[k], expected[k], f"{path}[{k!r}]")
-    elif isinstance(expected, torch.Tensor):
-        assert got.dtype == expected.dtype, f"{path}: {got.dtype} != {expected.dtype}"
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-    elif isinstance(expected, (np.ndarray, np.generic)):
-        assert got.dtype == expected.dtype, f"{path}: {got.dtype} != {expected.dtype}"
-        assert np.shape(got) == np.shape(expected), f"{path}: shape differs"
-        if expected.dtype.kind == "O":
-            assert np.array_equal(got, expected), f"{path}: values differ"
-        else:
-            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
-    elif isinstance(expected, Holder):
-        assert got is expected
-    else:
-        assert got == expected, f"{path}: {got!r} != {expected!r}"
 
 
 def _copy(v):
@@ -67,8 +41,8 @@ def _check(cf, fn, args):
     eager_args = _copy(args)
     expected = fn(*eager_args)
     got = cf(*args)
-    _same(got, expected)
-    _same(list(args), list(eager_args), "args after the call")
+    assert_np_same(got, expected, equal_nan=False)
+    assert_np_same(list(args), list(eager_args), "args after the call", equal_nan=False)
     return got
 
 

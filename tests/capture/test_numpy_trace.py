@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from harness import CountingBackend
+from np_helpers import assert_np_same
 
 import kiln
 
@@ -23,24 +24,6 @@ def _data(dtype, *shape):
         return x.to(dtype)
     x = x.round().to(dtype)
     return torch.where(x == 0, torch.ones_like(x), x)  # nonzero: divisions stay defined
-
-
-def assert_np_same(got, expected, path="out"):
-    """Same type (ndarray, NumPy scalar, tensor, ...), same dtype, same values."""
-    assert type(got) is type(expected), f"{path}: type {type(got)} != {type(expected)}"
-    if isinstance(expected, (tuple, list)):
-        assert len(got) == len(expected)
-        for i, (g, e) in enumerate(zip(got, expected)):
-            assert_np_same(g, e, f"{path}[{i}]")
-    elif isinstance(expected, torch.Tensor):
-        assert got.dtype == expected.dtype, f"{path}: {got.dtype} != {expected.dtype}"
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
-    elif isinstance(expected, (np.ndarray, np.generic)):
-        assert got.dtype == expected.dtype, f"{path}: {got.dtype} != {expected.dtype}"
-        assert np.shape(got) == np.shape(expected), f"{path}: shape differs"
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
-    else:
-        assert got == expected, f"{path}: {got!r} != {expected!r}"
 
 
 def run(fn, make_args, *, graphs=1, calls=3, fullgraph=True):
