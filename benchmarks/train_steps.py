@@ -132,7 +132,7 @@ def _seeds(compiler: str, device: str, steps: int):
 SCENARIOS = {"gpt2": _gpt2, "adamw": _adamw, "seeds": _seeds}
 
 
-def run_one(scenario: str, compiler: str, steps: int, timed: int) -> dict:
+def run_one(scenario: str, compiler: str, steps: int, timed: int, profile=False) -> dict:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -182,7 +182,43 @@ def run_one(scenario: str, compiler: str, steps: int, timed: int) -> dict:
         from kiln.backends.builtin import fallbacks
 
         out["fallbacks"] = [str(f) for f in fallbacks()]
+    if profile:
+        _profile(step, steps + timed, device)
     return out
+
+
+def _profile(step, start: int, device: str, n: int = 50) -> None:
+    """Where a steady step's host time goes: cProfile's top functions and, on CUDA, the runtime
+    calls (launches, graph replays, copies, syncs) per step from torch.profiler; to stderr."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    prof = cProfile.Profile()
+    t = time.perf_counter()
+    prof.enable()
+    for i in range(n):
+        step(start + i)
+    prof.disable()
+    sync()
+    print(
+        f"profile: {n} steps, {(time.perf_counter() - t) * 1e3 / n:.3f} ms a step", file=sys.stderr
+    )
+    pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(30)
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=acts) as tp:
+        for i in range(n):
+            step(start + n + i)
+        sync()
+    rows = sorted(tp.key_averages(), key=lambda e: -e.count)
+    print(f"torch.profiler, calls per step over {n} steps:", file=sys.stderr)
+    for e in rows[:40]:
+        print(f"  {e.count / n:7.2f}  {e.key[:90]}", file=sys.stderr)
 
 
 def run_all(scenario: str, steps: int, timed: int, compilers=None) -> list[dict]:
@@ -216,6 +252,7 @@ def main() -> int:
     ap.add_argument("--timed", type=int, default=20)
     ap.add_argument("--json")
     ap.add_argument("--print-json", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="one compiler: profile 50 more steps")
     args = ap.parse_args()
     if args.all:
         chosen = args.compilers.split(",") if args.compilers else None
@@ -237,7 +274,7 @@ def main() -> int:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
         return 0
-    row = run_one(args.scenario, args.compiler, args.steps, args.timed)
+    row = run_one(args.scenario, args.compiler, args.steps, args.timed, args.profile)
     print(json.dumps(row))
     return 0
 
