@@ -37,7 +37,7 @@ from .errors import DOUBLE_BACKWARD_MESSAGE
 
 if TYPE_CHECKING:
     from .sizes import SizeReader
-    from .zero_tangents import ZeroTangents
+    from .zero_tangents import KeptZeroTangents, ZeroTangents
 
 
 @dataclass
@@ -55,8 +55,8 @@ class TrainingPlan:
     clone_saved: list[int]  # saved values that are inputs mutated later: saved as copies
     num_saved_sizes: int = 0  # the forward's last outputs: ints the backward takes
     # Backwards for calls where some outputs get no gradient (zero_tangents.py); None: autograd
-    # passes zeros for those. Not kept by the artifact cache (compiled again when needed).
-    zero_tangents: ZeroTangents | None = None
+    # passes zeros for those. A loaded entry's (the artifact cache) are `KeptZeroTangents`.
+    zero_tangents: ZeroTangents | KeptZeroTangents | None = None
 
 
 def call_compiled(fn: Callable, args: list):

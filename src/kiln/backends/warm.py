@@ -46,6 +46,7 @@ what they show is there. `KILN_ARTIFACT_CACHE=0` switches the cache off.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import io
@@ -54,7 +55,7 @@ import pickle
 import sys
 import types
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -63,6 +64,7 @@ from ..autograd.analyze import GraphMeta
 from ..autograd.compile import GuardedEntry
 from ..autograd.runtime import InferenceEntry, SymbolicOutputs, TrainingEntry, TrainingPlan
 from ..autograd.symbolic import compile_function
+from ..autograd.zero_tangents import KeptZeroTangents, ZeroTangents
 from ..contracts import CaptureInfo
 from ..devices import Loadable
 from ..runtime.artifacts import open_store
@@ -146,7 +148,7 @@ class WarmStore:
             STATS["misses"] += 1
             return None
         try:
-            entry = unpack(data, compiled, entry_key)
+            entry = unpack(data, compiled, entry_key, _variants(store, key))
         except Exception as e:  # an entry of other code that slipped past the key: compile
             logs.warn(f"kiln cache: cannot load compiled graph {key[:16]} ({e!r}); compiling it")
             STATS["misses"] += 1
@@ -168,6 +170,46 @@ class WarmStore:
         store = open_store()
         if store is not None and store.put(key, data):
             STATS["stored"] += 1
+            inner = entry.entry if isinstance(entry, GuardedEntry) else entry
+            zeros = getattr(getattr(inner, "plan", None), "zero_tangents", None)
+            if isinstance(zeros, ZeroTangents):  # its variants, as the backward compiles them
+                zeros.on_compiled = functools.partial(_save_variant, store, key)
+
+
+# -- backwards for absent tangents (autograd/zero_tangents.py) ---------------------------------
+# An HF model's logits get no gradient when the loss alone is backpropagated; without the
+# variant compiled for that, a loaded entry's backward would read zeros of the logits' size,
+# allocated when the most memory is alive. Each variant is kept under its own key as it is
+# compiled (the first backward), and loaded by a later process's first such backward.
+
+
+def _variant_key(key: str, absent: tuple[int, ...]) -> str:
+    return hashlib.sha256(f"{key}\0zero_tangents\0{absent!r}".encode()).hexdigest()
+
+
+def _save_variant(store: Any, key: str, absent: tuple[int, ...], compiled: Any) -> None:
+    try:
+        data = pickle.dumps({"format": FORMAT, "graph": _graph(compiled)})
+    except Unkeyable:  # it runs on eager kernels: compiled again by the next process
+        return
+    store.put(_variant_key(key, absent), data)
+
+
+def _variants(store: Any, key: str) -> Callable[[tuple[int, ...]], Any]:
+    """The loader of a loaded entry's kept variants (KeptZeroTangents.load)."""
+
+    def load(absent: tuple[int, ...]) -> Any:
+        data = store.get(_variant_key(key, absent))
+        if data is None:
+            return None
+        try:
+            body = pickle.loads(data)
+            return _load(body["graph"]) if body.get("format") == FORMAT else None
+        except Exception as e:  # other code's: the whole backward with zeros serves
+            logs.warn(f"kiln cache: cannot load a backward variant of {key[:16]} ({e!r})")
+            return None
+
+    return load
 
 
 # -- the key ----------------------------------------------------------------------------------
@@ -411,7 +453,8 @@ def pack(entry: Any, shape_guards: dict | None = None) -> bytes:
         plan = entry.plan
         fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
         fields["fw"], fields["bw"] = _graph(plan.fw), _graph(plan.bw)
-        fields["zero_tangents"] = None  # graphs and a compiler: a loaded entry has none (zeros)
+        zeros = plan.zero_tangents  # graphs and a compiler: kept as the tangents' specs
+        fields["zero_tangents"] = zeros.specs() if isinstance(zeros, ZeroTangents) else None
         body: dict[str, Any] = {"kind": "training", "plan": fields}
     elif isinstance(entry, InferenceEntry):
         body = {"kind": "inference", "forward": _graph(entry.forward)}
@@ -475,9 +518,10 @@ def _meta(meta: GraphMeta) -> GraphMeta:
     return dataclasses.replace(meta, outputs=outputs, bases=bases, value_specs=[])
 
 
-def unpack(data: bytes, owner: Any = None, key: tuple = ()) -> Any:
+def unpack(data: bytes, owner: Any = None, key: tuple = (), variants: Any = None) -> Any:
     """The entry `data` holds; `owner` (the `AotCompiled`) and `key` (its entry key) serve a
-    symbolic entry's calls that fail its shape guards."""
+    symbolic entry's calls that fail its shape guards; `variants(absent)` loads a backward
+    kept for absent tangents (`_variants`), or gives None."""
     with warnings.catch_warnings():  # torch's pytree warns on unpickling its LeafSpec
         warnings.simplefilter("ignore", FutureWarning)
         body = pickle.loads(data)
@@ -494,6 +538,10 @@ def unpack(data: bytes, owner: Any = None, key: tuple = ()) -> Any:
     else:
         fields = dict(body["plan"])
         fields["fw"], fields["bw"] = _load(fields["fw"]), _load(fields["bw"])
+        if fields["zero_tangents"] is not None:
+            fields["zero_tangents"] = KeptZeroTangents(
+                fields["zero_tangents"], fields["bw"], variants or (lambda absent: None)
+            )
         entry = TrainingEntry(meta, TrainingPlan(**fields), body["tensor_only"], outputs)
     guards = body["shape_guards"]
     if guards is not None:
