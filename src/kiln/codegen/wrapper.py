@@ -326,10 +326,10 @@ def _alias(view: View, nodes: dict) -> str:
         lay_stride, lay_offset = base.layout.stride, 0
     else:
         lay_stride, lay_offset = base.layout.stride, base.layout.offset
-    from ..lower.indexing import affine_coefficients, symbolic_affine
+    from ..lower.indexing import affine_coefficients, symbolic_affine, unit_dims
 
-    pos = linearize(view.index, lay_stride)
-    form = symbolic_affine(pos, vs) if pos.free_symbols - set(vs) else None
+    pos = sympy.sympify(linearize(view.index, lay_stride)).xreplace(unit_dims(vs, view.size))
+    form = symbolic_affine(pos, vs, size_divisions=True) if pos.free_symbols - set(vs) else None
     coeffs, const = form if form is not None else affine_coefficients(pos, vs)
     strides = [c if s != 1 else 0 for c, s in zip(coeffs, view.size)]
     rel = const  # offsets relative to the base tensor's own storage offset

@@ -204,11 +204,20 @@ def _symbolic(v) -> bool:
     return isinstance(v, sympy.Basic) and not v.is_Number
 
 
-def symbolic_affine(expr, variables) -> tuple[list, object] | None:
+def unit_dims(variables, size) -> dict:
+    """{variable: 0} for each dimension of extent 1: its index is always 0, so a view's stride
+    there means nothing (and may be an expression no stride test accepts: the padded row
+    length of a `[1, 1, 1, s]` attention bias)."""
+    return {v: sympy.Integer(0) for v, n in zip(variables, size) if n == 1}
+
+
+def symbolic_affine(expr, variables, size_divisions: bool = False) -> tuple[list, object] | None:
     """(coefficients, constant) of `expr` in `variables` where the coefficients and the
     constant may be size expressions (`s1*i0 + i1`, a symbolic stride); None when a variable
     appears other than times a factor free of all of them. Static expressions: as
-    `affine_coefficients`."""
+    `affine_coefficients`. `size_divisions`: a coefficient may also hold `FloorDiv` or
+    `ModularIndexing` of sizes (a padded row's stride `s - Mod(s + 1, 8) + 9`), which the
+    wrapper computes in Python; kernels' index code keeps them out (the default)."""
     variables = tuple(variables)
     form = _affine_form(expr, variables)
     if form is not None:
@@ -227,7 +236,9 @@ def symbolic_affine(expr, variables) -> tuple[list, object] | None:
             return None
         (v,) = hit
         c = sympy.expand(term / v)
-        if c.free_symbols & vs or c.has(Indirect, FloorDiv, ModularIndexing) or not c.is_integer:
+        if c.free_symbols & vs or c.has(Indirect) or not c.is_integer:
+            return None
+        if not size_divisions and c.has(FloorDiv, ModularIndexing):
             return None
         coeffs[v] += c
     norm = [int(c) if c.is_Integer else c for c in coeffs.values()]
