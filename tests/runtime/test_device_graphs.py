@@ -235,6 +235,25 @@ def test_reading_an_overwritten_output_raises():
 
 
 @gpu
+def test_an_overwritten_output_passed_to_a_graph_raises():
+    """A graphed callable reads its arguments without `GraphOutput`'s per-access test (host
+    time), so it checks each argument once on entry instead: an overwritten output given back
+    to a graph (its own or another's) still raises, before anything is copied."""
+    g = dg.graphed(lambda x: (x * 3,))
+    h = dg.graphed(lambda x: (x + 1,))
+    for _ in range(2):  # warm-up, record
+        g([torch.randn(8, device="cuda")])
+        h([torch.randn(8, device="cuda")])
+    (out1,) = g([torch.randn(8, device="cuda")])
+    (ok,) = h([out1])  # still valid: used in place of a fresh input
+    torch.testing.assert_close(ok, out1.clone() + 1)
+    g([torch.randn(8, device="cuda")])  # overwrites out1
+    for graph in (g, h):
+        with pytest.raises(OverwrittenOutputError, match="clone"):
+            graph([out1])
+
+
+@gpu
 @pytest.mark.parametrize("how", [{"backend": "cudagraphs"}, {"mode": "reduce-overhead"}])
 def test_training_step_with_graphs_matches_eager(how):
     torch.manual_seed(0)
@@ -255,6 +274,29 @@ def test_training_step_with_graphs_matches_eager(how):
         ref_opt.step()
     x = torch.randn(16, 32, device="cuda")
     torch.testing.assert_close(compiled(x), ref(x))
+
+
+@gpu
+def test_another_graphs_output_is_read_in_place_and_never_written(hints):
+    """A backward reads its forward's saved values where the forward's replay writes them (no
+    copy each step); a call passing another tensor at such a position runs without the graph
+    rather than copy into the forward's output buffer."""
+    fw = dg.graphed(lambda x: (x * 2, x.sin()))
+    bw = dg.graphed(lambda saved, t: (saved * t,))
+    for _ in range(4):
+        x, t = torch.randn(8, device="cuda"), torch.randn(8, device="cuda")
+        _, saved = fw([x])
+        (out,) = bw([saved, t])
+        torch.testing.assert_close(out, x.sin() * t)
+    (rec,) = bw.recorded.values()
+    assert rec.borrowed == {0}
+    assert rec.static_inputs[0].data_ptr() == saved.data_ptr()
+    kept = saved.clone()
+    other = torch.randn(8, device="cuda")
+    (out,) = bw([other, t])
+    torch.testing.assert_close(out, other * t)
+    torch.testing.assert_close(saved, kept)  # the forward's buffer was not written
+    assert any("recorded in place" in h for h in hints)
 
 
 def _peak(batches, model) -> int:

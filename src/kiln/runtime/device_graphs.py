@@ -42,6 +42,7 @@ from ..devices import graph_runner_for
 from .device_graphs_outputs import (
     Generation,
     GraphOutput,
+    check_output,
     current_step,
     mark_step_begin,
 )
@@ -157,6 +158,9 @@ class _Recorded:
         self.static_inputs = static_inputs
         self.impl = impl
         self.copied: list[int] = []  # positions copied into their buffer before each replay
+        # positions whose static input is another graph's output buffer, read in place (a
+        # backward reading its forward's saved values): never copied into, see `_replay`
+        self.borrowed: frozenset[int] = frozenset()
         self.outputs = outputs
         self.generation = generation
         self.output_ptrs = {o.data_ptr() for o in outputs if isinstance(o, torch.Tensor)}
@@ -275,6 +279,19 @@ class GraphedCallable:
     def __call__(self, args_list: list) -> tuple:
         args = list(args_list)
         args_list.clear()  # the boxed convention: the caller's references go now
+        # An output of an earlier replay that a later one overwrote raises here, once per
+        # argument; past this check nothing needs `GraphOutput`'s per-access test, whose Python
+        # call on every `.shape`, `.stride()`, `.data_ptr()` and op was most of a training
+        # step's host time on the GPU (the backward reads each saved value 5 times: 20 calls a
+        # step for a 2-layer MLP). The compiled code reads its arguments as plain tensors, as
+        # it was traced.
+        for a in args:
+            if type(a) is GraphOutput:
+                check_output(a)
+        with torch._C.DisableTorchFunctionSubclass():
+            return self._call(args)
+
+    def _call(self, args: list) -> tuple:
         key = self._signature(args)
         rec = self.recorded.get(key)
         if rec is not None:
@@ -360,6 +377,7 @@ class GraphedCallable:
         rec.copied = [
             i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not self._is_static(i)
         ]
+        rec.borrowed = frozenset(i for i in rec.copied if type(args[i]) is GraphOutput)
         self.recorded[key] = rec
         RECORDED[self.group.label] += 1
         return self._replay(key, rec, impl_name, args)
@@ -367,7 +385,10 @@ class GraphedCallable:
     def _static_copy(self, i: int, a: Any) -> Any:
         if not isinstance(a, torch.Tensor):
             return a
-        if self._is_static(i):
+        if self._is_static(i) or type(a) is GraphOutput:
+            # A graph output (a forward's saved value, read by its backward) is read where the
+            # other graph writes it: each step's replay of that graph puts the next value there,
+            # so this replay needs no copy (a 2-layer MLP's training step made 5 copies, 2 now)
             return a.detach()
         buf = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
         return buf.copy_(a)
@@ -377,6 +398,13 @@ class GraphedCallable:
         for i in rec.copied:
             a, s = args[i], rec.static_inputs[i]
             if a.data_ptr() != s.data_ptr():
+                if i in rec.borrowed:  # never write into another graph's output buffer
+                    return self._fallback(
+                        None,
+                        f"input {i} was recorded in place, as another graph's output, and this "
+                        "call passes a different tensor there",
+                        args,
+                    )
                 dst.append(s)
                 src.append(a)
         if len(dst) > 1:  # one launch for all (a decode step copies its token ids, position

@@ -61,13 +61,18 @@ _MESSAGE = (
 )
 
 
+def check_output(value: GraphOutput) -> None:
+    """Raise `OverwrittenOutputError` if a later replay has overwritten `value`."""
+    gen = value._kiln_generation
+    if gen is not None and gen.count != value._kiln_count:
+        raise OverwrittenOutputError(
+            _MESSAGE.format(label=gen.label, old=value._kiln_count, new=gen.count)
+        )
+
+
 def _check(value) -> None:
     if isinstance(value, GraphOutput):
-        gen = value._kiln_generation
-        if gen is not None and gen.count != value._kiln_count:
-            raise OverwrittenOutputError(
-                _MESSAGE.format(label=gen.label, old=value._kiln_count, new=gen.count)
-            )
+        check_output(value)
     elif isinstance(value, (list, tuple)):
         for v in value:
             if isinstance(v, (GraphOutput, list, tuple)):
