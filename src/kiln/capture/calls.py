@@ -237,6 +237,8 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
     if t is types.FunctionType:
         if args and type(args[0]) is environ.ENVIRON_TYPE:
             return environ.call(interp, fn, args, kwargs)
+        if fn is _MODULE_CALL and args and isinstance(args[0], torch.nn.Module):
+            return call_module(interp, args[0], args[1:], kwargs, site)  # Module.__call__(m, x)
         key = (fn.__module__, fn.__qualname__)
         if key in _rng_state_fns():
             return _break_and_run(
@@ -323,10 +325,19 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
     if t is types.MethodType:
         if fn.__func__ is _FUNCTION_APPLY and isinstance(fn.__self__, type):
             return interp.tracer.record_function_apply(fn.__self__, args, kwargs)
+        if fn.__func__ is _MODULE_CALL and isinstance(fn.__self__, torch.nn.Module):
+            # `super().__call__(...)` in a module class that overrides `__call__`
+            return call_module(interp, fn.__self__, args, kwargs, site)
         if isinstance(fn.__self__, torch.optim.Optimizer):  # its step counts on the device
             optimizers.keep_state_on_device(fn.__self__)
         return interp_call(interp, fn.__func__, (fn.__self__, *args), kwargs, site)
     if isinstance(fn, torch.nn.Module):
+        own = _class_attr(t, "__call__")
+        if own is not _MODULE_CALL and type(own) is types.FunctionType and _inlinable(own):
+            # A module class's own `__call__` (Hugging Face's GradientCheckpointingLayer wraps
+            # its call in `checkpoint`) runs as Python does: skipping it for Module.__call__'s
+            # semantics silently dropped what it does (the checkpointing)
+            return interp_call(interp, own, (fn, *args), kwargs, site)
         return call_module(interp, fn, args, kwargs, site)
     if t is functools.partial:
         return interp_call(interp, fn.func, (*fn.args, *args), {**fn.keywords, **kwargs}, site)
@@ -350,6 +361,7 @@ def interp_call(interp, fn: Any, args: tuple, kwargs: dict, site=None) -> Any:
 
 # `Box[int](v)`: typing's alias calls the class and notes `__orig_class__` on the instance; run
 # on the interpreter, the class's __init__ is seen (typing's other functions run natively)
+_MODULE_CALL = torch.nn.Module.__call__
 _GENERIC_ALIAS_CALL = __import__("typing")._BaseGenericAlias.__dict__.get("__call__")
 
 
