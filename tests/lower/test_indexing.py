@@ -59,3 +59,29 @@ def test_clamp_values_match_the_full_clamp_everywhere():
 def test_clamp_of_an_expression_that_is_not_affine_keeps_both_sides():
     got = clamp(FloorDiv(I0, 2), 0, 3, {I0: 4})
     assert isinstance(got, sympy.Max) and any(isinstance(a, sympy.Min) for a in got.args)
+
+
+def test_clamp_over_symbolic_lengths_keeps_only_the_sides_it_can_cross():
+    """Sizes known per call (shape symbols: positive integers) are compared as expressions: a
+    `cat` onto a cache of 3 rows reads its new rows at `i - 3` for `i` in [0, s + 3), which
+    never passes s - 1, so only the lower side is clamped, as for any static length; a side no
+    comparison settles keeps its clamp. Values are checked against the full clamp at several
+    lengths."""
+    s = sympy.Symbol("s0", positive=True, integer=True)
+    new_rows = clamp(I0 - 3, 0, s - 1, {I0: s + 3})
+    assert new_rows == sympy.Max(I0 - 3, 0, evaluate=False)
+    assert clamp(I0, 0, s - 1, {I0: s}) == I0  # all of a length: no clamp at all
+    cache = clamp(I0, 0, 2, {I0: s + 3})  # the cache's rows: only the upper side
+    assert cache == sympy.Min(I0, 2, evaluate=False)
+    unknown = clamp(I0, 0, 7, {I0: s})  # s may be above or below 8
+    assert unknown == sympy.Min(I0, 7, evaluate=False)
+    strided = clamp(s * I0 - I1, 0, s, {I0: 2, I1: s})  # a size as a coefficient: -(s-1)..s
+    assert strided == sympy.Max(s * I0 - I1, 0, evaluate=False)
+    cases = [(I0 - 3, 0, s - 1, {I0: s + 3}), (I0, 0, 2, {I0: s + 3}), (I0, 0, 7, {I0: s})]
+    for n in (1, 2, 5, 9):
+        for expr, lo, hi, extents in cases:
+            ((var, extent),) = extents.items()
+            got = clamp(expr, lo, hi, extents).subs(s, n)
+            for v in range(int(extent.subs(s, n))):
+                want = max(min(int(expr.subs(var, v)), int(sympy.sympify(hi).subs(s, n))), lo)
+                assert int(got.subs(var, v)) == want, (expr, n, v)

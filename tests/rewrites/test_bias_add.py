@@ -82,3 +82,38 @@ def test_scaled_addmm_stays():
         return torch.addmm(b, x, w, beta=0.5).relu()
 
     _check(fn, [torch.randn(16, 32), torch.randn(32, 24), torch.randn(24)], 0)
+
+
+def _conv1d(x, w, b):
+    """HF GPT-2's `Conv1D`: the rows' width read off the input (`size(-1)`), which a graph
+    traced with a symbolic length reads with `sym_size` nodes beside the views."""
+    size_out = x.size()[:-1] + (w.size(-1),)
+    return torch.addmm(b, x.view(-1, x.size(-1)), w).view(size_out)
+
+
+def test_symbolic_length_size_reads_do_not_keep_the_addmm():
+    """Traced with a symbolic length, a product's view is read by `sym_size` as well as by the
+    pointwise op (here the second projection reads the length off the first one's output); a
+    size read is not a reader of the values (the sum has the same sizes), so the rewrite happens
+    as it does for a static length. A product the graph returns still keeps its `addmm`."""
+    from cg_helpers import trace_dynamic
+
+    def mlp(x, w, b, w2, b2):
+        h = F.gelu(_conv1d(x, w, b), approximate="tanh")
+        return x + _conv1d(h, w2, b2)
+
+    def returned(x, w, b, w2, b2):
+        h = _conv1d(x, w, b)
+        return h, x + _conv1d(h.relu(), w2, b2)
+
+    inputs = [torch.randn(2, 9, 32), torch.randn(32, 24), torch.randn(24)]
+    inputs += [torch.randn(24, 32), torch.randn(32)]
+    for fn, expect in ((mlp, 2), (returned, 1)):
+        gm = trace_dynamic(fn, inputs, {0: (1,)})
+        sizes = [n for n in gm.graph.nodes if n.target is aten.sym_size.int]
+        assert any(n.args[0].target is aten.view.default for n in sizes), "a product's size read"
+        assert unfuse_bias_adds(gm) == expect
+        assert _targets(gm).count(aten.addmm.default) == 2 - expect
+        for n in (1, 5, 9, 30):  # lengths other than the traced one, fresh random data
+            fresh = [torch.randn(2, n, 32)] + [torch.randn_like(t) for t in inputs[1:]]
+            torch.testing.assert_close(gm(*fresh), fn(*fresh), rtol=1e-5, atol=1e-5)

@@ -58,3 +58,40 @@ def test_rewrite_is_undone_when_a_reader_needs_the_product_contiguous(monkeypatc
     assert pad_mm.pad_matmuls(gm, args, devices=("cpu",)) == 0
     assert not [n for n in gm.graph.nodes if n.target is aten.constant_pad_nd.default]
     torch.testing.assert_close(gm(*args), flat(*args))
+
+
+def _shape_env(gm):
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if n.op == "placeholder" and isinstance(v, torch.Tensor):
+            for s in v.shape:
+                if isinstance(s, torch.SymInt):
+                    return s.node.shape_env
+    raise AssertionError("no symbolic size in the graph")
+
+
+def test_symbolic_rows_are_judged_at_their_hint_without_a_shape_guard(monkeypatch):
+    """Padding is a speed decision: rows known only per call are judged at the size first seen,
+    and the shape environment gets no guard (`s0 >= 64` made every shorter length, a decode
+    step's, trace and compile again); the padded graph is right at any number of rows."""
+    from cg_helpers import trace_dynamic
+
+    monkeypatch.setattr(pad_mm, "MIN_WORK", 96 * 1001 * 40)  # the hint's product just pays
+    args = _inputs()
+    gm = trace_dynamic(_head, args, {0: (0,)})
+    env = _shape_env(gm)
+    guards = len(env.guards)
+    assert pad_mm.pad_matmuls(gm, args, devices=("cpu",)) == 2
+    assert len(env.guards) == guards, [str(g.expr) for g in env.guards[guards:]]
+    for rows in (1, 7, 96, 130):  # below MIN_ROWS and the hint's work, and above both
+        fresh = (torch.randn(rows, 40), torch.randn(1001, 40), torch.randn(1001))
+        for got, want in zip(gm(*fresh), _head(*fresh)):
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want)
+    # at a hint too small to pay, nothing is padded, again without a guard
+    small = (torch.randn(8, 40), *args[1:])
+    gm = trace_dynamic(_head, small, {0: (0,)})
+    env = _shape_env(gm)
+    guards = len(env.guards)
+    assert pad_mm.pad_matmuls(gm, small, devices=("cpu",)) == 0
+    assert len(env.guards) == guards

@@ -177,27 +177,42 @@ def _affine_form(expr, variables: tuple) -> tuple[tuple[int, ...], int] | None:
     return tuple(coeffs.values()), int(const)
 
 
-def clamp(expr, lo: int, hi: int, extents: dict):
+def clamp(expr, lo, hi, extents: dict):
     """`expr` kept within [lo, hi]: `Max(Min(expr, hi), lo)` with only the sides it can cross
     as its loop variables run over `extents` ({variable: extent}), built without sympy's
     simplification (slow: a ResNet-50's max pooling spent 0.2-0.8 s in it, for nothing it
-    could simplify). An expression not affine in those variables keeps both sides."""
-    form = _affine_form(expr, tuple(extents))
-    if any(_symbolic(v) for v in (lo, hi, *extents.values())):
-        form = None  # a symbolic bound or extent: keep both sides (always in range)
-    if form is None:
-        low, high = lo - 1, hi + 1
-    else:
+    could simplify). An expression not affine in those variables keeps both sides. Symbolic
+    bounds and extents are compared as expressions over positive sizes: `i` over `s0` rows stays
+    within [0, s0 - 1] for every `s0`, so a slice or cat that reads all of a symbolic length
+    gets no clamp, as it gets none for a static one (a side that cannot be proven keeps it)."""
+    variables = tuple(extents)
+    symbolic = any(_symbolic(v) for v in (lo, hi, *extents.values()))
+    form = symbolic_affine(expr, variables) if symbolic else _affine_form(expr, variables)
+    low = high = None
+    if form is not None:
         coeffs, const = form
-        spans = [c * (n - 1) for c, n in zip(coeffs, extents.values())]
-        low = const + sum(min(0, d) for d in spans)
-        high = const + sum(max(0, d) for d in spans)
+        low = high = const
+        for c, n in zip(coeffs, extents.values()):
+            span = c * (n - 1)
+            if _known_le(0, c):
+                high = None if high is None else high + span
+            elif _known_le(c, 0):
+                low = None if low is None else low + span
+            else:  # a coefficient of unknown sign: either side may move
+                low = high = None
     out = to_sym(expr)
-    if form is None or high > hi:
+    if high is None or not _known_le(high, hi):
         out = sympy.Min(out, hi, evaluate=False)
-    if form is None or low < lo:
+    if low is None or not _known_le(lo, low):
         out = sympy.Max(out, lo, evaluate=False)
     return out
+
+
+def _known_le(a, b) -> bool:
+    """`a <= b` for every size (shape symbols are positive integers); False when unknown."""
+    if not (_symbolic(a) or _symbolic(b)):
+        return bool(a <= b)
+    return sympy.expand(sympy.sympify(b) - sympy.sympify(a)).is_nonnegative is True
 
 
 def _symbolic(v) -> bool:

@@ -9,6 +9,11 @@ bias-epilogue one, whose kernel choice can be worse: on the H200, nanoGPT's floa
 projection (8192 x 3072 by 3072 x 768) took 894 us as `addmm` (cuBLASLt picked a 128x64 tile)
 against 836 us as `mm` (128x128), 0.35 ms of a training step over its six layers.
 
+Readers of the product's sizes alone (`sym_size`, which a graph traced with symbolic sizes has
+beside most views: `x.view(-1, x.size(-1))` reads the length it keeps symbolic) read the same
+sizes off the sum, so they do not keep the `addmm`; counting them as readers kept HF GPT-2's
+output projections as `addmm` in every dynamic entry and in none of the static ones.
+
 A product that anything else reads (an extern call, a graph output, a non-view reshaping op) keeps
 its `addmm`: there the separate add would cost a pass over the whole product. The result is
 rounded once more than `addmm`'s (the product, then the sum), as torch.compile's is.
@@ -24,6 +29,13 @@ from . import rewrite
 
 aten = torch.ops.aten
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+# readers of a tensor's layout, not its values: the sum has the product's layout
+_LAYOUT_READERS = (
+    aten.sym_size.int,
+    aten.sym_stride.int,
+    aten.sym_numel.default,
+    aten.sym_storage_offset.default,
+)
 
 
 @rewrite("unfuse_bias_adds")
@@ -55,12 +67,14 @@ def _only_pointwise_readers(node: torch.fx.Node) -> bool:
     for user in node.users:
         if user.op != "call_function":
             return False
+        if user.target in _LAYOUT_READERS:
+            continue
         if user.target in _VIEWS:
             if not _only_pointwise_readers(user):
                 return False
         elif torch.Tag.pointwise not in getattr(user.target, "tags", ()):
             return False
-    return bool(node.users)
+    return any(user.target not in _LAYOUT_READERS for user in node.users)
 
 
 def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node) -> None:

@@ -9,9 +9,10 @@ by kiln's code generator), the product is computed at the aligned width and the 
 view of its first N columns. `addmm`'s bias is padded the same way.
 
 Only products large enough for the copy to pay off are padded (`MIN_WORK` multiply-adds and
-at least `MIN_ROWS` rows: a decode step's one-row product stays as it is). If the graph's
-metadata cannot be recomputed with the view (a later op needs the result contiguous), the
-rewrite is undone and the graph compiles as before.
+at least `MIN_ROWS` rows: a decode step's one-row product stays as it is); a symbolic size is
+judged at its hint (the size first seen), as lower/symbolic.py's rule says for speed decisions.
+If the graph's metadata cannot be recomputed with the view (a later op needs the result
+contiguous), the rewrite is undone and the graph compiles as before.
 """
 
 from __future__ import annotations
@@ -95,11 +96,21 @@ def _padding(node, devices) -> int:
         return 0
     if val.device.type not in devices or val.dtype not in _DTYPES:
         return 0
-    (m, n), k = val.shape, b.shape[0]
+    (m, n), k = (_hint(s) for s in val.shape), _hint(b.shape[0])
     align = 16 // val.element_size()
     if n % align == 0 or m < MIN_ROWS or m * n * k < MIN_WORK:
         return 0
     return -n % align
+
+
+def _hint(size) -> int:
+    """A size, or a symbolic one at the sizes first seen. Padding is only a speed decision (the
+    result is the same either way), so a symbolic size is not compared as itself: that would add
+    shape guards (`8*s0 >= 64`) that made every shorter length, a decode step's, trace again."""
+    if isinstance(size, torch.SymInt):
+        first = size.node.hint
+        return int(first) if first is not None else 0  # (unbacked: no hint, no padding)
+    return int(size)
 
 
 def _rewrite(graph: torch.fx.Graph, node, pad: int):
