@@ -217,6 +217,31 @@ def test_costly_pointwise_read_broadcast_is_stored_once_not_recomputed_per_reade
     assert len(stored) == 2  # cos and sin, each a [32, 16] buffer
 
 
+def test_broadcast_costly_pointwise_of_a_symbolic_length_is_stored_as_a_static_ones_is():
+    """The same rotary angles over a length known only per call: storing them is a speed
+    decision, made at the length first seen (it was made for static lengths only, and q's and
+    k's kernels each computed cos and sin again); one build is right at every length."""
+    from cg_helpers import trace_dynamic
+
+    from kiln.codegen import compile_graph_strict
+
+    def fn(q, k, inv_freq):
+        angles = torch.arange(q.shape[2], dtype=torch.float32)[:, None] * inv_freq[None, :]
+        cos, sin = angles.cos(), angles.sin()
+        return q * cos + q.flip(-1) * sin, k * cos - k * sin
+
+    example = (torch.randn(2, 4, 32, 16), torch.randn(2, 2, 32, 16), torch.rand(16))
+    gm = trace_dynamic(fn, example, {0: (2,), 1: (2,)})
+    compiled = compile_graph_strict(gm, list(example), "cpu")
+    assert compiled.schedule.graph.symbolic
+    source = compiled.cpp_source
+    assert source.count("std::cos(") == 1 and source.count("std::sin(") == 1
+    for n in (3, 32, 45):
+        args = (torch.randn(2, 4, n, 16), torch.randn(2, 2, n, 16), torch.rand(16))
+        for got, want in zip(compiled(*args), fn(*args)):
+            torch.testing.assert_close(got, want)
+
+
 def test_costly_pointwise_read_at_its_own_size_stays_inlined():
     # exp read element for element by two readers of its own size: recomputing it is cheaper
     # than a round trip through memory (and softmax's sum and output share one kernel).

@@ -188,10 +188,12 @@ def _window_reads(node: Pointwise, readers: list[str], nodes: dict[str, Node]) -
     return None
 
 
-def _loop_size(node: Node) -> int | None:
-    """How many times `node`'s body runs (its elements, times the reduced ones), if static."""
+def _loop_size(node: Node) -> int:
+    """How many times `node`'s body runs (its elements, times the reduced ones); a symbolic
+    count at its hint (storing or inlining is a speed decision, lower/symbolic.py's rule: a
+    length known per call once kept Llama's rotary cos and sin inlined into every head)."""
     size = tuple(node_size(node)) + (tuple(node.reduce_size) if isinstance(node, Reduction) else ())
-    return math.prod(size) if all(isinstance(s, int) for s in size) else None
+    return hint(math.prod(size))
 
 
 def _broadcast_recompute(node: Pointwise, readers: list[Node]) -> str | None:
@@ -199,11 +201,10 @@ def _broadcast_recompute(node: Pointwise, readers: list[Node]) -> str | None:
     again for each element they read it at (Llama's rotary cos and sin, [seq, dim], read by
     every batch and head of q and k: sixteen times each)."""
     costly = costly_count(node.body)
-    own = _loop_size(node)
-    maybe_sizes = [_loop_size(r) for r in readers]
-    sizes = [n for n in maybe_sizes if n is not None]
-    if not costly or own is None or len(sizes) < len(maybe_sizes):
+    if not costly:
         return None
+    own = _loop_size(node)
+    sizes = [_loop_size(r) for r in readers]
     if not any(n >= 2 * own for n in sizes):
         return None
     extra = sum(sizes) - own
