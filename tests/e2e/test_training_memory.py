@@ -1,8 +1,10 @@
 """Memory of a whole compiled training step (forward with the loss, backward, a compiled AdamW
 step, `zero_grad`) against eager's on the same model and data: the most bytes alive at once and
 the bytes still alive when the step is over, counted by a dispatch mode over every tensor the
-step makes, on every step from the first (the traced one) on, with eager's losses and
-parameters."""
+step makes (and the arena blocks compiled graphs keep between calls), on every step from the
+first (the traced one) on, with eager's losses and parameters. The first step is the trace,
+eager's ops on eager's values: its peak is eager's within FIRST_MARGIN; the compiled steps after
+it peak no higher than eager's at all, and end holding what eager's hold."""
 
 from __future__ import annotations
 
@@ -20,10 +22,20 @@ import kiln
 from kiln.bench.live_bytes import LiveBytes
 from kiln.runtime.arenas import held_bytes
 
-# What a compiled step may hold above eager's peak: a tenth, for buffers a kernel fuses
-# differently (the logits here are 4 MiB; every fault this test guards against is one or more
-# logits-sized tensors).
-MARGIN = 0.10
+# What the first step (the trace) may hold above eager's peak: a hundredth. It runs eager's ops
+# on eager's values, so only what the trace keeps a little longer than eager does (measured:
+# 32 KiB of 12.5 MiB on the HF model, nothing on the MLP); every fault this test guards against
+# is one or more logits-sized tensors (4 MiB here, a third of the peak).
+FIRST_MARGIN = 0.01
+# What a step may keep beyond eager's after zero_grad: a few scalars (a compiled graph's
+# constants, made when it is compiled).
+SCALARS = 64
+
+
+def _real(t) -> bool:
+    """A tensor with memory: not the meta tensors a trace keeps as its graph's example values,
+    nor the fake ones of the compile's tracing."""
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type != "meta"
 
 
 def _mlp(vocab: int):
@@ -107,10 +119,10 @@ def _check(make) -> None:
     logits_bytes = tokens * vocab * 4
     for i in range(4):
         x, y = batch(tokens)
-        with LiveBytes() as want_peak:
+        with LiveBytes(_real) as want_peak:
             want = eager(x, y)
         arena_before = held_bytes()
-        with LiveBytes() as got_peak:
+        with LiveBytes(_real) as got_peak:
             got = compiled(x, y)
         # arena blocks (CPU) made before this step are memory it uses that the mode cannot see
         got_bytes = got_peak.peak + arena_before
@@ -118,10 +130,14 @@ def _check(make) -> None:
         for p, q in zip(twin.parameters(), model.parameters()):
             torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
         assert want_peak.peak > 2 * logits_bytes  # the measure sees the step's tensors
-        assert got_bytes <= (1 + MARGIN) * want_peak.peak, (i, got_bytes, want_peak.peak)
-        # after zero_grad: the optimizer's state, as eager's (arenas are in the peak above)
-        kept = got_peak.now - (held_bytes() - arena_before)
-        assert kept <= want_peak.now + MARGIN * want_peak.peak, (i, kept, want_peak.now)
+        # compiled steps: a training forward's or backward's arena kept between calls sat
+        # under the other's peak (the backward's under the next forward's: 5 MiB above eager's
+        # steady peak here, when kiln's graphs alone peak 4 MiB below it)
+        margin = FIRST_MARGIN if i == 0 else 0.0
+        assert got_bytes <= (1 + margin) * want_peak.peak, (i, got_bytes, want_peak.peak)
+        # after zero_grad: the optimizer's state, as eager's, and every arena block kept
+        kept = got_peak.now + arena_before
+        assert kept <= want_peak.now + SCALARS, (i, kept, want_peak.now, held_bytes())
     print(f"checked {i + 1} steps")
 
 

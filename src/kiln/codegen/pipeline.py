@@ -1,7 +1,7 @@
 """The one compile pipeline, for every device: ATen graph -> a compiled callable, or a reason.
 
     compile_graph(gm, example_inputs, device=None, options=None, *, checked_inputs=(),
-                  mutated_inputs=None) -> CompiledGraph | Declined
+                  mutated_inputs=None, arena=True) -> CompiledGraph | Declined
 
 In: a functional ATen `torch.fx.GraphModule` (what `make_fx` or kiln's AOT autograd gives;
 placeholders are tensors, the output a tuple/list of tensors), example inputs, the device that
@@ -10,7 +10,10 @@ device type, or `options["codegen.device"]`), the frozen `Options`, and `checked
 positions of inputs whose layouts capture's guards check already (the wrapper does not check
 them again), and `mutated_inputs`: {output position: input position} for outputs the caller
 copies into an input after the call, which kernels may write into that input itself and return
-it (schedule/inplace.py). Out: a `CompiledGraph` (a callable taking the flat inputs, boxed or
+it (schedule/inplace.py), and `arena`: False when the graph is one of a training step's pair
+(a forward that saves for a backward, or that backward), whose intermediates then get no arena
+kept between calls (schedule/arena.py; the block would stay allocated beside the other graph's
+peak). Out: a `CompiledGraph` (a callable taking the flat inputs, boxed or
 not, and returning a tuple) or `Declined(reason)` when the graph or the machine cannot be
 compiled for — the caller then runs the graph on eager kernels and says why.
 
@@ -73,6 +76,7 @@ def compile_graph(
     *,
     checked_inputs: Iterable[int] = (),
     mutated_inputs: Mapping[int, int] | None = None,
+    arena: bool = True,
 ) -> CompiledGraph | Declined:
     """Compile `gm` for `device` (module doc). Errors other than a refusal propagate."""
     try:
@@ -87,6 +91,7 @@ def compile_graph(
             options,
             checked_inputs=checked_inputs,
             mutated_inputs=mutated_inputs,
+            arena=arena,
         )
     except GraphUnsupported as e:
         return _declined(Declined(str(e), dev.name))
@@ -137,6 +142,7 @@ def compile_graph_strict(
     *,
     checked_inputs: Iterable[int] = (),
     mutated_inputs: Mapping[int, int] | None = None,
+    arena: bool = True,
 ) -> CompiledGraph:
     """`compile_graph` without turning refusals into `Declined`: `GraphUnsupported` and
     `DeviceUnavailable` propagate (tests and tools use this)."""
@@ -164,7 +170,7 @@ def compile_graph_strict(
         fuel=debug.get("debug.fuel"),
         verify_ir=bool(debug.get("debug.verify_ir")),
         out_externs=frozenset(caps.out_variants),
-        arena=caps.arena,
+        arena=caps.arena and arena,
         mutations=_mutation_names(graph, mutated_inputs or {}),
         horizontal=caps.horizontal,
     )
