@@ -13,8 +13,12 @@ member over each row, and layer norm likewise.
 
 A node joins a kernel only if every value it reads from a member of that kernel is one the
 same row computed: the same element (inner from inner), or the row's value (anything from a
-per-row member). Each refusal names its rule under `KILN_LOGS=schedule`; each fusion spends one
-unit of fuel.
+per-row member). A one-value node goes first to a kernel of one-value nodes (an optimizer step's
+counts and bias corrections: one small kernel ahead of the per-tensor updates, which then each
+read and write their tensors in one pass); a pointwise node of more than one value does not
+become a per-row member of a kernel it reads nothing from (it would share no value, and would
+keep that kernel out of a horizontal group). Each refusal names its rule under
+`KILN_LOGS=schedule`; each fusion spends one unit of fuel.
 """
 
 from __future__ import annotations
@@ -187,6 +191,13 @@ def _try_join(node: Computed, kernel: Kernel, nodes: dict[str, Node]) -> tuple[K
         apart = _transposed_apart(node, kernel, nodes)
         if apart:
             return None, apart
+    if m.per_row and isinstance(node, Pointwise) and _numel(node) != 1:
+        inside = {x.name for x in kernel.members}
+        if not any(ld.buf in inside for ld in loads(node.body)):
+            # It would share no value with the rows, only a launch: and a kernel with per-row
+            # members is no part of a horizontal group (horizontal.py), where a foreach step's
+            # bias vectors and the same-size ones of other layers make one launch anyway.
+            return None, "one value per row, reading nothing the kernel computes"
     trial = Kernel(kernel.name, outer, inner, tuple(members))
     why = _reads_ok(node, m, trial, nodes)
     if why:
@@ -339,6 +350,15 @@ def _candidates(node: Computed, steps: list, first_ok: int, by_numel: dict) -> l
     same op on another tensor of that size: one kernel for all of them). Never one before
     `first_ok`, the step that computes the last value `node` reads."""
     low = max(first_ok, 0)
+    if isinstance(node, Pointwise) and _numel(node) == 1:
+        # One value (a step count, a bias correction, a step size): first the kernels of such
+        # values. As a per-row member of a larger kernel it would wait for that kernel's
+        # place, and so would everything that reads it: an optimizer step's per-tensor update
+        # then split into two kernels around it, its state written by one and read back by
+        # the other.
+        ones = [p for p in reversed(by_numel.get(1, ())) if p >= low]
+        if ones:
+            return ones[:LOOKBACK]
     near = list(range(len(steps) - 1, max(low, len(steps) - LOOKBACK) - 1, -1))
     far: list[int] = []
     if low < len(steps) - LOOKBACK:

@@ -14,7 +14,9 @@ memory twice more, and made one allocation and one copy call per tensor (AdamW o
 An output is written in place only when no read of the old value can come after the write:
 every node that reads the input (or a view of it) runs in an earlier step, or is a pointwise
 member of the writing kernel placed no later than the output and reading the input at the
-element it computes itself (so each element is read before it is overwritten). The output
+element it computes itself (so each element is read before it is overwritten), and no member
+after a per-row member or reduction (a later pass over the row, where an earlier member's
+element value is recomputed from the inputs) reads it, directly or through members. The output
 must be a pointwise kernel member (not kernel-local), returned once, read in no other part
 of a horizontal kernel (horizontal.py: the parts run at once), with exactly the input's
 size, strides and dtype, and the input must not be returned itself. Each refusal is logged
@@ -83,6 +85,9 @@ def _refusal(
     if name in kernel.local:
         return "kept inside its kernel"
     order = [m.name for m in kernel.members]
+    again = _read_in_a_later_pass(kernel, inp, nodes)
+    if again:
+        return f"{again} reads it again in a later pass of {kernel.name}"
     for reader, via in _readers(inp, nodes, readers):
         if reader == "<output>":
             return f"the input is returned ({via})"
@@ -100,6 +105,30 @@ def _refusal(
             return f"{reader} reads it after {name} in {kernel.name}"
         if via != inp or not _reads_own_element(member_node(nodes, reader), inp, node):
             return f"{reader} reads it at another element than it computes"
+    return ""
+
+
+def _read_in_a_later_pass(kernel: Kernel, inp: str, nodes: dict[str, Node]) -> str:
+    """A member that comes after a per-row member or a reduction of `kernel` (a later pass
+    over the row) and reads `inp`, directly or through earlier members (a renderer recomputes
+    an element value of an earlier pass from its inputs rather than re-reading what the
+    kernel stored: codegen/triton/renderer.py); "" if none. The first pass's store into the
+    input would have overwritten what that recomputation reads."""
+    names = {m.name for m in kernel.members}
+    reads_inp: dict[str, bool] = {}
+
+    def reads(name: str) -> bool:
+        if name not in reads_inp:
+            reads_inp[name] = False  # (no cycles among members; guards the recursion)
+            bufs = [ld.buf for ld in loads(member_node(nodes, name).body)]
+            reads_inp[name] = any(b == inp or (b in names and reads(b)) for b in bufs)
+        return reads_inp[name]
+
+    later = False
+    for m in kernel.members:
+        if later and reads(m.name):
+            return m.name
+        later = later or m.per_row or not isinstance(nodes[m.name], Pointwise)
     return ""
 
 

@@ -52,3 +52,32 @@ def test_optimizer_update_writes_parameters_and_state_in_place():
         for j, i in mutated.items():
             assert outs[j] is args[i]  # the input itself, written by the kernel
             torch.testing.assert_close(args[i], expected[j])
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_input_read_again_in_a_later_pass_is_not_overwritten(device):
+    """A one-row kernel over a long tensor: the new value of input `m` is a member of its first
+    pass; a one-value member (a bias correction from a step count, stored once rather than
+    recomputed per element) comes next, and the update reading both runs in a second pass,
+    where the renderer recomputes `m`'s new value from `m`. Written into `m` in the first pass,
+    that recomputation read the new value and applied the update twice (Adam's moments over a
+    5000-element parameter on the Triton interpreter)."""
+    from kiln.codegen import compile_graph_strict
+
+    def fn(p, g, m, step):
+        m2 = m.lerp(g, 0.1)
+        corr = torch.sqrt(1 - torch.pow(0.999, step + 1))
+        return p - 0.01 * m2 / corr, m2
+
+    def make():
+        return [torch.randn(5000), torch.randn(5000), torch.randn(5000), torch.tensor(3.0)]
+
+    example = make()
+    gm = make_fx(fn)(*example)
+    compiled = compile_graph_strict(gm, example, device, mutated_inputs={0: 0, 1: 2})
+    for _ in range(2):
+        args = make()
+        expected = fn(*[a.clone() for a in args])
+        outs = compiled(list(args))
+        torch.testing.assert_close(outs[0], expected[0])
+        torch.testing.assert_close(args[2] if outs[1] is args[2] else outs[1], expected[1])
