@@ -99,9 +99,9 @@ def _run(name, n, foreach, options, device="cpu", steps=4, capturable=True, shap
 def test_capturable_step_matches_eager_in_few_launches(name, foreach, options):
     """The step kiln runs on a GPU (capturable, counts on the device): eager's values step after
     step, no ATen call left in the wrapper, no recompile when the lr changes; a foreach step is
-    at most 2 launches for 12 parameters of 12 sizes as for 4. (A single-tensor step is not yet:
-    each parameter's kernel holds its step count's increment as a one-value member, which
-    horizontal groups do not take, schedule/horizontal.py.)"""
+    at most 2 launches for 12 parameters of 12 sizes as for 4, single-tensor steps too (their
+    counts' increments make one kernel of one-value members, schedule/fusion.py, ahead of the
+    per-parameter updates, which group as a foreach step's do)."""
     if options is TRITON:
         from kiln.runtime.triton_interpret import is_interpreting
 
@@ -114,8 +114,7 @@ def test_capturable_step_matches_eager_in_few_launches(name, foreach, options):
         wrapper = code.split("wrapper:")[-1]
         assert "aten_" not in wrapper and "extern call" not in code, code[-3000:]
         launches[n] = _launches(code)
-    if foreach:
-        assert launches[4] == launches[12] <= 2, launches
+    assert launches[4] == launches[12] <= 2, launches
 
 
 def _cuda():
@@ -138,8 +137,7 @@ def test_cuda_step_keeps_its_counts_on_the_device(name, foreach):
         wrapper = code.split("wrapper:")[-1]
         assert "aten_" not in wrapper and "extern call" not in code, code[-3000:]
         launches[n] = _launches(code)
-    if foreach:
-        assert launches[4] == launches[12] <= 2, launches
+    assert launches[4] == launches[12] <= 2, launches
 
 
 @pytest.mark.gpu
@@ -242,3 +240,44 @@ def test_step_reads_and_writes_each_tensor_once(name, foreach):
         }
         for other, wrote in stored.items():
             assert other == k or not (elementwise & wrote), (k, other, elementwise & wrote)
+
+
+@pytest.mark.parametrize("foreach", [True, False])
+def test_steady_step_allocates_nothing(foreach):
+    """The one-value intermediates of a step (bias corrections and step sizes, stored once per
+    parameter rather than recomputed per element) live in a block the Triton wrapper keeps
+    between calls (schedule/arena.py `plan_small_arena`): a steady step's wrapper allocates
+    nothing, where it made one `empty_strided` call for each of them; the values stay eager's."""
+    from kiln.codegen.triton import load
+    from kiln.runtime.triton_interpret import is_interpreting
+
+    if not is_interpreting():
+        pytest.skip("Triton interpreter is off (a GPU run)")
+    shapes = [(70, 65), (5000,), (33,), (64, 80), (4500,)]
+    g = torch.Generator().manual_seed(5)
+    ref = [torch.randn(s, generator=g).requires_grad_() for s in shapes]
+    got = [p.detach().clone().requires_grad_() for p in ref]
+    kw = {"lr": 0.05, "weight_decay": 0.1, "foreach": foreach, "capturable": True}
+    ref_opt, opt = torch.optim.AdamW(ref, **kw), torch.optim.AdamW(got, **kw)
+    counts = []
+    real_empty = load._empty
+
+    def counted(*args):  # (the wrapper's allocations; Triton's interpreter makes its own)
+        counts[-1] += 1
+        return real_empty(*args)
+
+    with mock.patch.object(load, "_empty", counted):
+        step = kiln.compile(opt.step, options=TRITON)
+        for _ in range(4):
+            for a, b in zip(ref, got):
+                a.grad = torch.randn(a.shape, generator=g)
+                b.grad = a.grad.clone()
+            with mock.patch("torch.compiler.is_compiling", return_value=True):
+                ref_opt.step()
+            counts.append(0)
+            step()
+            for a, b in zip(ref, got):
+                torch.testing.assert_close(b, a)
+                for k, v in ref_opt.state[a].items():
+                    torch.testing.assert_close(opt.state[b][k], v, msg=lambda m, k=k: f"{k}: {m}")
+    assert counts[-1] == 0, counts

@@ -173,6 +173,7 @@ def compile_graph_strict(
         arena=caps.arena and arena,
         mutations=_mutation_names(graph, mutated_inputs or {}),
         horizontal=caps.horizontal,
+        small_arena=caps.small_arena,
     )
     kernels = gen.render(sched, options)
     logs.log("passes", lambda: f"after render ({gen.kernel_language}):\n{kernels.source}")

@@ -70,6 +70,9 @@ class Capabilities:
     horizontal: the most buffer arguments of a horizontal kernel, which runs independent
         pointwise kernels side by side in one launch (schedule/horizontal.py); 0: the renderer
         has no such kernels, and none are made.
+    small_arena: without `arena`, intermediates of at most this many bytes (one-value ones)
+        live in a block the wrapper keeps from call to call (schedule/arena.py
+        `plan_small_arena`); 0: none do.
     """
 
     dtypes: frozenset = LOOP_DTYPES
@@ -78,6 +81,7 @@ class Capabilities:
     arena: bool = False
     symbolic_sizes: bool = False
     horizontal: int = 0
+    small_arena: int = 0
 
 
 class CodeGen(Protocol):

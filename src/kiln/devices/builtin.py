@@ -62,6 +62,8 @@ CUDA = Device(
         # well inside a launch's 4 KiB of parameters; Triton's compile time grows with a
         # kernel's length, and a group this size compiles in seconds
         horizontal=128,
+        # one-value intermediates (an optimizer step's bias corrections): no allocation a call
+        small_arena=64,
     ),
     rewrites=(
         "functionalize_restrides",

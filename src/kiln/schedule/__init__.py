@@ -21,7 +21,7 @@ from .. import logs, trace
 from ..lower.ir import LoopGraph
 from ..lower.symbolic import using_hints
 from ..lower.verify import verify
-from .arena import Arena, plan_arena
+from .arena import Arena, plan_arena, plan_small_arena
 from .fuel import Fuel
 from .fusion import ExternCall, Kernel, Member, fuse
 from .horizontal import group_horizontally
@@ -54,15 +54,19 @@ def schedule(
     arena: bool = False,
     mutations: Mapping[str, str] | None = None,
     horizontal: int = 0,
+    small_arena: int = 0,
 ) -> Schedule:
     """`out_externs`: extern targets the renderer calls with `out=` (see memory.py);
     `arena`: place the intermediates in one block the wrapper keeps between calls (arena.py);
     `mutations`: {output: input} for outputs that are new values of mutated inputs, which
     the caller would copy into them (written in place where safe: inplace.py);
     `horizontal`: the most buffer arguments of a horizontal kernel (horizontal.py), 0 for
-    none."""
+    none; `small_arena` (without `arena`): the largest intermediate, in bytes, kept in a block
+    between calls (arena.py `plan_small_arena`), 0 for none."""
     with using_hints(graph.hints):
-        return _schedule(graph, fuel, verify_ir, out_externs, arena, mutations or {}, horizontal)
+        return _schedule(
+            graph, fuel, verify_ir, out_externs, arena, mutations or {}, horizontal, small_arena
+        )
 
 
 def _schedule(
@@ -73,6 +77,7 @@ def _schedule(
     arena: bool,
     mutations: Mapping[str, str],
     horizontal: int = 0,
+    small_arena: int = 0,
 ) -> Schedule:
     budget = Fuel(fuel)
 
@@ -86,7 +91,11 @@ def _schedule(
     graph = after("eliminate_dead", eliminate_dead(graph))
     fused = group_horizontally(graph, fuse(graph, budget), horizontal, budget)
     steps = plan_memory(graph, fused, out_externs, inplace_outputs(graph, fused, mutations))
-    result = Schedule(graph, steps, plan_arena(graph, steps) if arena else Arena())
+    if arena:
+        kept = plan_arena(graph, steps)
+    else:
+        kept = plan_small_arena(graph, steps, small_arena) if small_arena else Arena()
+    result = Schedule(graph, steps, kept)
     logs.log("schedule", lambda: f"schedule ({budget}):\n{result}\n{result.arena}")
     return result
 

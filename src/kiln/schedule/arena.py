@@ -85,6 +85,35 @@ def _span_bytes(node: Node) -> int:
 
 
 def plan_arena(graph: LoopGraph, steps: Sequence[PlanStep]) -> Arena:
+    slots, fixed = _slots(graph, steps)
+    if all(isinstance(s[3], int) for s in slots):
+        return _choose(fixed, [s for s in slots if s not in fixed], len(steps))
+    # Symbolic sizes: which slots go in is chosen at the hints (a memory decision), and they
+    # are stacked at offsets that hold for every size (`_stack`); the block grows when a call
+    # needs more.
+    hinted = {s[2]: (s[0], s[1], s[2], hint(s[3])) for s in slots}
+    fixed_h = [hinted[s[2]] for s in fixed]
+    chosen = _choose(fixed_h, [h for n, h in hinted.items() if h not in fixed_h], len(steps))
+    return _stack([s for s in slots if s[2] in chosen.offsets])
+
+
+def plan_small_arena(graph: LoopGraph, steps: Sequence[PlanStep], max_bytes: int) -> Arena:
+    """The arena of a device whose intermediates are otherwise allocated per call (a GPU's
+    caching allocator gives memory back fast): only the slots of at most `max_bytes` bytes of
+    static size that never escape, which add nothing worth counting to the peak.
+
+    Why: an optimizer step over N parameters computes a few one-value intermediates per
+    parameter (bias corrections, step sizes); GPT-2's AdamW step made about a hundred
+    `empty_strided` calls for them each step, most of the host time of a step whose kernels
+    are few."""
+    slots, fixed = _slots(graph, steps)
+    small = [s for s in slots if s not in fixed and isinstance(s[3], int) and 0 < s[3] <= max_bytes]
+    return Arena(*_pack(small)) if small else Arena()
+
+
+def _slots(graph: LoopGraph, steps: Sequence[PlanStep]) -> tuple[list, list]:
+    """(every slot, those that may not live in an arena): one slot per reuse chain of fresh
+    allocations, and one per buffer an extern call allocates (module doc)."""
     nodes = graph.node_map()
     owner = {n.name: n.base for n in graph.nodes if isinstance(n, View)}
     returned = {o for o in graph.outputs if isinstance(o, str)}
@@ -114,15 +143,7 @@ def plan_arena(graph: LoopGraph, steps: Sequence[PlanStep]) -> Arena:
         for root, names in members.items()
     ]
     fixed = [s for s in slots if s[2] not in chain or any(n in escapes for n in members[s[2]])]
-    if all(isinstance(s[3], int) for s in slots):
-        return _choose(fixed, [s for s in slots if s not in fixed], len(steps))
-    # Symbolic sizes: which slots go in is chosen at the hints (a memory decision), and they
-    # are stacked at offsets that hold for every size (`_stack`); the block grows when a call
-    # needs more.
-    hinted = {s[2]: (s[0], s[1], s[2], hint(s[3])) for s in slots}
-    fixed_h = [hinted[s[2]] for s in fixed]
-    chosen = _choose(fixed_h, [h for n, h in hinted.items() if h not in fixed_h], len(steps))
-    return _stack([s for s in slots if s[2] in chosen.offsets])
+    return slots, fixed
 
 
 def _items(graph: LoopGraph, name: str) -> list[ExternItem]:

@@ -16,8 +16,8 @@ same row computed: the same element (inner from inner), or the row's value (anyt
 per-row member). A one-value node goes first to a kernel of one-value nodes (an optimizer step's
 counts and bias corrections: one small kernel ahead of the per-tensor updates, which then each
 read and write their tensors in one pass); a pointwise node of more than one value does not
-become a per-row member of a kernel it reads nothing from (it would share no value, and would
-keep that kernel out of a horizontal group). Each refusal names its rule under
+become a per-row member of an element-wise kernel it reads nothing from (it would share no
+value, and would keep that kernel out of a horizontal group). Each refusal names its rule under
 `KILN_LOGS=schedule`; each fusion spends one unit of fuel.
 """
 
@@ -191,13 +191,14 @@ def _try_join(node: Computed, kernel: Kernel, nodes: dict[str, Node]) -> tuple[K
         apart = _transposed_apart(node, kernel, nodes)
         if apart:
             return None, apart
-    if m.per_row and isinstance(node, Pointwise) and _numel(node) != 1:
+    if m.per_row and not has_reduction and isinstance(node, Pointwise) and _numel(node) != 1:
         inside = {x.name for x in kernel.members}
         if not any(ld.buf in inside for ld in loads(node.body)):
-            # It would share no value with the rows, only a launch: and a kernel with per-row
-            # members is no part of a horizontal group (horizontal.py), where a foreach step's
-            # bias vectors and the same-size ones of other layers make one launch anyway.
-            return None, "one value per row, reading nothing the kernel computes"
+            # It would share no value with the rows, only a launch, and make an element-wise
+            # kernel one of per-row members, no part of a horizontal group (horizontal.py),
+            # where a foreach step's bias vectors and the same-size ones of other layers make
+            # one launch anyway.
+            return None, "one value per row, reading nothing the element-wise kernel computes"
     trial = Kernel(kernel.name, outer, inner, tuple(members))
     why = _reads_ok(node, m, trial, nodes)
     if why:

@@ -81,3 +81,34 @@ def test_input_read_again_in_a_later_pass_is_not_overwritten(device):
         outs = compiled(list(args))
         torch.testing.assert_close(outs[0], expected[0])
         torch.testing.assert_close(args[2] if outs[1] is args[2] else outs[1], expected[1])
+
+
+def test_one_value_intermediates_are_kept_and_returned_ones_are_not():
+    """One-value intermediates live in a block the wrapper keeps between calls (schedule/arena.py
+    `plan_small_arena`): the same memory every call, so a returned one-value result, which the
+    caller keeps, must not be among them; a second call leaves the first call's results as
+    they were, and both are eager's."""
+    from kiln.codegen import compile_graph_strict
+
+    def fn(x, y, t):
+        corr = torch.sqrt(1 - torch.pow(0.9, t + 1))  # kept: read by every element of x and y
+        total = (x / corr).sum()  # returned: allocated per call
+        return x / corr + total, total, y * corr
+
+    def make():
+        return [torch.randn(5000), torch.randn(4500), torch.rand(()) * 5]
+
+    example = make()
+    compiled = compile_graph_strict(make_fx(fn)(*example), example, "cuda")
+    assert "_take_kept(" in compiled.wrapper_source
+    first_args = make()
+    first = [o.clone() for o in compiled(list(first_args))]
+    kept_first = compiled(list(first_args))
+    second_args = make()
+    second = compiled(list(second_args))
+    for got, want in zip(kept_first, fn(*first_args)):
+        torch.testing.assert_close(got, want)
+    for got, want in zip(kept_first, first):
+        torch.testing.assert_close(got, want)
+    for got, want in zip(second, fn(*second_args)):
+        torch.testing.assert_close(got, want)

@@ -47,6 +47,27 @@ def _empty(size, stride, dtype, device):
     return torch.empty_strided(size, stride, dtype=dtype, device=device)
 
 
+def _take_kept(pool: dict, device, nbytes: int, layouts: tuple) -> tuple:
+    """This graph's small intermediates (schedule/arena.py `plan_small_arena`) for a call:
+    a set an earlier call on the current stream gave back, or a new one, as (stream, block,
+    one view per buffer). Kept per stream: a call's kernels may still be reading its set when
+    the wrapper returns, and only a later call on the same stream is sure to run after them."""
+    key = torch.cuda.current_stream().cuda_stream if device.type == "cuda" else None
+    sets = pool.get(key)
+    if sets:
+        return sets.pop()
+    block = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    views = tuple(
+        torch.as_strided(block.view(dtype), size, stride, offset)
+        for offset, size, stride, dtype in layouts
+    )
+    return (key, block, *views)
+
+
+def _give_kept(pool: dict, kept: tuple) -> None:
+    pool.setdefault(kept[0], []).append(kept)
+
+
 def _fix_input(t: torch.Tensor, name: str, size, stride, device=None) -> torch.Tensor:
     """An input with other strides (or on another device) is copied into the compiled ones."""
     if tuple(t.shape) != tuple(size):
@@ -82,6 +103,9 @@ def _namespace(loaded, kernels: list[str], data: Mapping[str, Any], device) -> d
     ns: dict = {
         "torch": torch,
         "_empty": _empty,
+        "_take_kept": _take_kept,
+        "_give_kept": _give_kept,
+        "_kept_sets": {},  # this graph's small intermediates between calls, by stream
         "_as_strided": native.as_strided(),
         "_fix_input": _fix_input,
         "_device_guard": _device_guard,

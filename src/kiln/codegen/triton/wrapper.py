@@ -106,6 +106,24 @@ def _at_least(f, e) -> bool:
     return all(c.is_number and c >= 0 for c in coeffs) and q != 0 and f != e
 
 
+def _kept_header(sched: Schedule, nodes: dict) -> list[str]:
+    """The small intermediates kept between calls (schedule/arena.py `plan_small_arena`):
+    views of one block, made on the first call and taken back from the graph's kept sets on
+    later ones, so those buffers cost the call no allocation (`_take_kept`, load.py)."""
+    offsets = sched.arena.offsets
+    if not offsets:
+        return []
+    layouts = []
+    for name, offset in offsets.items():
+        node = nodes[name]
+        size, stride = _tuple(node.size), _tuple(node.layout.stride)
+        layouts.append(f"({offset // node.dtype.itemsize}, {size}, {stride}, {_dtype(node.dtype)})")
+    return [
+        f"_kept = _take_kept(_kept_sets, device, {sched.arena.nbytes}, ({', '.join(layouts)},))",
+        f"{', '.join(offsets)}, = _kept[2:]",
+    ]
+
+
 def render_wrapper(
     sched: Schedule, kernels: dict[str, TritonKernel], checked=frozenset()
 ) -> WrapperProgram:
@@ -119,7 +137,7 @@ def render_wrapper(
     host = _scalars_for_externs(graph.inputs, nodes, read_by_kernel)
     lines += input_checks(graph.inputs, nodes, checked, device=True, host=host)
     lines.append("    with _device_guard(device):")
-    body: list[str] = []
+    body: list[str] = _kept_header(sched, nodes)
     kept = {s.reuse for s in sched.steps if isinstance(s, Alloc) and s.reuse}
     externs: dict = {}
     for step in sched.steps:
@@ -128,6 +146,8 @@ def render_wrapper(
             size, stride = _tuple(node.size), _tuple(node.layout.stride)
             if step.into:  # the kernel writes the mutated input itself (schedule/inplace.py)
                 body.append(f"{step.name} = {step.into}")
+            elif step.name in sched.arena.offsets:
+                continue  # bound by `_kept_header`
             elif step.reuse:
                 body.append(f"{step.name} = {step.reuse}.view({size}); del {step.reuse}")
             else:
@@ -148,6 +168,8 @@ def render_wrapper(
         elif isinstance(step, Free):
             if step.name not in kept:
                 body.append(f"del {step.name}")
+    if sched.arena.nbytes:
+        body.append("_give_kept(_kept_sets, _kept)")
     outs = [o if isinstance(o, str) else _arg(o) for o in graph.outputs]
     body.append(f"return ({''.join(o + ', ' for o in outs)})")
     lines.extend("        " + b for b in body)
