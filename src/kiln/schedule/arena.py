@@ -86,6 +86,10 @@ def _span_bytes(node: Node) -> int:
 
 def plan_arena(graph: LoopGraph, steps: Sequence[PlanStep]) -> Arena:
     slots, fixed = _slots(graph, steps)
+    # A slot of one cache line gains nothing here (malloc serves it from its small bins, never
+    # from fresh pages) and would be held between calls: an optimizer step's one-value bias
+    # corrections stay per-call allocations, so a finished step holds what eager's holds.
+    fixed += [s for s in slots if s not in fixed and isinstance(s[3], int) and s[3] <= ALIGN]
     if all(isinstance(s[3], int) for s in slots):
         return _choose(fixed, [s for s in slots if s not in fixed], len(steps))
     # Symbolic sizes: which slots go in is chosen at the hints (a memory decision), and they
