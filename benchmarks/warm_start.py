@@ -93,8 +93,10 @@ def worker(args: argparse.Namespace) -> None:
     row["eager_call_s"] = sorted(times)[1]
     if args.compiler == "kiln":
         from kiln.backends import warm
+        from kiln.capture import capture_cache
 
         row["artifact_cache"] = dict(warm.STATS)
+        row["capture_cache"] = dict(capture_cache.STATS)  # hits 1: the warm call skipped capture
     print("RESULT " + json.dumps(row))
 
 
@@ -179,6 +181,9 @@ def _line(row: dict) -> str:
 
     errors = [r.get("error") for r in (row["cold"], *row["warm"]) if r.get("error")]
     tail = f"  ERROR {errors[0][-300:]}" if errors else ""
+    kept = [w["capture_cache"]["hits"] for w in row["warm"] if "capture_cache" in w]
+    if kept:  # kiln: how many warm processes ran the kept capture instead of capturing
+        tail = f"  capture cache hit {sum(kept)}/{len(kept)}" + tail
     return (
         f"{row['model']:<14} {row['compiler']:<6} cold {fmt(row['cold_s'])}  warm "
         f"{fmt(row['warm_s'])}  (one eager call {fmt(row['eager_call_s'])})  correct "

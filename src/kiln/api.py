@@ -88,10 +88,24 @@ def _compile_one(model: Callable, opts: Options, disable: bool):
     return compiled_fn
 
 
+def _capture_store():
+    """The store a compiled callable keeps its capture in for later processes
+    (capture/capture_cache.py): the compiled-artifact store, or None when that cache is off
+    (`KILN_ARTIFACT_CACHE=0`) or cannot be used."""
+    from .options import env_artifact_cache
+    from .runtime.artifacts import open_store
+
+    return open_store() if env_artifact_cache() else None
+
+
+frontend.CompiledFunction.capture_store = staticmethod(_capture_store)  # type: ignore[assignment]
+
+
 def _data_parallel_module(ddp: torch.nn.Module, opts: Options, backend: Backend):
     """`kiln.compile(DDP(model))`: DDP's forward stays eager, `model` is compiled
     (capture/data_parallel.py says why and what that means for DDP's options)."""
     inner = frontend.CompiledFunction.for_module(ddp.module, opts, backend)
+    inner.capture_store = None  # its trace runs in DDP's bookkeeping: not kept
     note = data_parallel.note(ddp)
     inner.splits.append(note)
     logs.log("graph_breaks", f"kiln.compile(DistributedDataParallel): {note}")
@@ -104,6 +118,7 @@ def _hooks_outside(wrapper: OptimizedModule):
     d = wrapper.__dict__
     mod, whole = d["_orig_mod"], d["_kiln_compiled"]
     forward = frontend.CompiledFunction.for_callable(mod.forward, whole.opts, whole.backend)
+    forward.capture_store = None  # its trace runs among the hooks' bookkeeping: not kept
     note = data_parallel.hooks_note(mod)
     forward.splits.append(note)
     logs.log("graph_breaks", f"kiln.compile({type(mod).__qualname__}): {note}")

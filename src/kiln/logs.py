@@ -29,6 +29,7 @@ ARTIFACTS = (
     "bytecode",
     "fallbacks",
     "passes",
+    "capture_cache",
 )
 
 _root = logging.getLogger("kiln")

@@ -28,6 +28,7 @@ from ..lazy_graphs import LazyGraphModule
 from . import (
     breaks,  # noqa: E402  (needs CompiledFunction defined at call time only)
     calls,
+    capture_cache,
     eager_notice,
     module_tree,
     numpy_trace,
@@ -35,6 +36,7 @@ from . import (
 )
 from .continuations import GraphBreakAt, build_frames, resume_chain
 from .errors import AbortTrace, FullgraphBreak, Unsupported
+from .guards import GuardSet
 from .interpreter import Interpreter
 from .residual import (
     MISS,
@@ -60,6 +62,10 @@ def is_tracing() -> bool:
 
 
 class CompiledFunction:
+    # opens the store of kept captures (capture_cache.py), or gives None; set by kiln.compile
+    # (api.py: the compiled-artifact store, which capture may not import)
+    capture_store: Callable[[], Any] | None = None
+
     def __init__(
         self,
         root_callable: Callable,
@@ -94,6 +100,7 @@ class CompiledFunction:
         self.continuations: dict = {}
         self.nested: list[CompiledFunction] = []  # modules compiled apart (data_parallel.py)
         self.splits: list[str] = []  # where eager bookkeeping surrounds them, for explain
+        self.cache_looked = False  # the kept capture was looked for (once, on the first miss)
         try:
             # the parameters of the code that runs: a `functools.wraps` wrapper (an LR
             # scheduler's `optimizer.step`) takes `*args, **kwargs`, whatever it wraps
@@ -174,7 +181,98 @@ class CompiledFunction:
             return trace.compile_frame(
                 self, self.opts.get("trace.dir"), missed, lambda: self._trace(args, kwargs)
             )
+        if not self.cache_looked and not self.entries:
+            self.cache_looked = True
+            result = self._from_capture_cache(args, kwargs)
+            if result is not MISS:
+                return result
         return self._trace(args, kwargs)
+
+    def _store(self):
+        """The store of kept captures for this callable, or None (a continuation, a nested
+        module, `kiln explain`, logs that show capture's products, or the cache off)."""
+        if self.capture_store is None or type(self) is not CompiledFunction or _explaining:
+            return None
+        return self.capture_store()
+
+    def _from_capture_cache(self, args: tuple, kwargs: dict):
+        """The first call of a new process: the entry a former process kept for this frame,
+        if every object it holds is found again and every guard holds (capture_cache.py);
+        MISS otherwise (this call is captured as usual)."""
+        if any(logs.is_on(a) for a in ("graph", "bytecode", "guards", "graph_breaks")):
+            return MISS  # they show capture's products: capture
+        store = self._store()
+        loaded = capture_cache.load(self, store) if store is not None else None
+        if loaded is None:
+            return MISS
+        try:
+            self._install_loaded(loaded)
+        except Exception as e:  # noqa: BLE001 - anything unexpected: capture as usual
+            capture_cache.STATS["misses"] += 1
+            capture_cache.say(f"{self.label}: kept capture not used: {type(e).__name__}: {e}")
+            return MISS
+        entry = self.entries[-1]
+        try:
+            result = entry(*args, **kwargs)
+        except capture_cache.BindFailed as e:
+            result, why = MISS, f"its graph did not compile: {e}"
+        else:
+            why = "" if result is not MISS else self._why_missed(args, kwargs)
+        if result is MISS:
+            self.reset()
+            self.cache_looked = True
+            capture_cache.STATS["misses"] += 1
+            capture_cache.say(f"{self.label}: kept capture not used: {why}")
+            return MISS
+        capture_cache.STATS["hits"] += 1
+        capture_cache.say(f"{self.label}: capture loaded from the cache")
+        return result
+
+    def _install_loaded(self, loaded) -> None:
+        """Add the entry `loaded` describes, written as `_install` writes a traced one."""
+        namer = Namer()
+        for name, obj in loaded.result_names:  # the names the result code uses, as they were
+            namer.seed(name, obj)
+        effects = [
+            f"setattr({src.expr(namer)}, {name!r}, {value!r})"
+            if op == "set"
+            else f"if hasattr({src.expr(namer)}, {name!r}): delattr({src.expr(namer)}, {name!r})"
+            for op, src, name, value in loaded.effects
+        ]
+        guards = [g for g in loaded.guards if g is not None]
+        if len(guards) < len(loaded.guards):  # the module-structure guard, for this process
+            module_tree.install()
+            for m in loaded.modules:
+                module_tree.watch(m)
+            guards.append(capture_cache.tree_guard())
+        inputs = _input_exprs([(src, None, None) for src in loaded.inputs], namer)
+        has_graph = loaded.graph is not None
+        if has_graph:
+            namer.bind("___graph", capture_cache.Binder(self, loaded))
+        guard_set = GuardSet()
+        for g in guards:
+            guard_set.add(g)
+        checks = guard_set.check_lines(namer)
+        name = f"___entry_{len(self.entries)}"
+        entry, source = build_entry(
+            self.params,
+            self.defaults,
+            self.kwdefaults,
+            checks,
+            [namer.bound.get(e, e) for e in inputs],
+            has_graph,
+            loaded.lets + effects,
+            loaded.result_expr,
+            namer,
+            name,
+            None,
+        )
+        if has_graph:
+            namer.namespace["___graph"].scope = entry.__globals__
+        logs.log("bytecode", lambda: f"residual of {self.label} (kept capture):\n{source}")
+        self.entries.append(entry)
+        self.entry_sources.append(source)
+        self.entry_guards.append((guard_set.guards, namer))
 
     def _compile_nested(self, fn) -> "CompiledFunction":
         """A module (or a module's bound forward) the trace runs its own way
@@ -347,10 +445,17 @@ class CompiledFunction:
         namer = Namer()
         rb = Rebuilder(tracer, namer)
         effects = side_effect_lines(tracer, rb)
+        store = self._store()
+        saver = capture_cache.Saver(self, tracer) if store is not None else None
+        if saver is not None:
+            saver.refuse_if(bool(rb.lets), "it has side effects to replay")
+            saver.effects()
         if tail is None:
             result_expr, tail_lines = rb.expr(result), None
         else:
             result_expr, tail_lines = "None", tail(rb)
+        if saver is not None:
+            saver.result(tail, dict(namer.namespace), result_expr, rb.lets)
         effects = rb.lets + effects
         graph = tracer.graph
         has_compute = any(
@@ -360,6 +465,8 @@ class CompiledFunction:
         compiled = None
         if has_compute:
             graph.output(tuple(rb.outputs))
+            if saver is not None:
+                saver.graph(graph, tracer.constants)
             with module_tree.suspended():
                 root = torch.nn.Module()
                 for name, t in tracer.constants.items():
@@ -420,6 +527,8 @@ class CompiledFunction:
         )
         if isinstance(compiled, _ResolveOnFirstCall):
             compiled.scope = entry.__globals__
+        if saver is not None:
+            saver.finish(list(tracer.guards.guards), info if compiled is not None else None, store)
         logs.log("bytecode", lambda: f"residual of {self.label}:\n{source}")
         self.entries.append(entry)
         self.entry_sources.append(source)

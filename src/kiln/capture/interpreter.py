@@ -127,6 +127,7 @@ class Interpreter:
                 f"kiln cannot trace async function {fn.__qualname__}; compile synchronous code"
             )
         frame = Frame(fn, bind_args(fn, args, kwargs))
+        self.tracer.inlined.setdefault(id(fn), fn)  # the code this trace relied on (capture_cache)
         if self.root_frame is None and not self.frames:
             self.root_frame = frame
         frame.parent = site

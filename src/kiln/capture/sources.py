@@ -10,6 +10,7 @@ for people and `expr(namer)` for the generated guard/residual code, where held o
 from __future__ import annotations
 
 import keyword
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,15 +23,28 @@ class Namer:
         self._by_id: dict[int, str] = {}
         # source expression -> the entry's local its guard bound it to (guards.py, bound_expr)
         self.bound: dict[str, str] = {}
+        self._count = 0  # the number of the next name
 
     def const(self, obj: Any, hint: str = "c") -> str:
         key = id(obj)
         if key in self._by_id:
             return self._by_id[key]
-        name = f"___{hint}{len(self._by_id)}"
+        name = f"___{hint}{self._count}"
+        self._count += 1
         self._by_id[key] = name
         self.namespace[name] = obj
         return name
+
+    def seed(self, name: str, obj: Any) -> None:
+        """Name `obj` as a former namer did (code written then refers to it by `name`);
+        names given after are numbered past it."""
+        if id(obj) in self._by_id or name in self.namespace:
+            raise ValueError(f"{name}: two names for one object, or one name twice")
+        self._by_id[id(obj)] = name
+        self.namespace[name] = obj
+        number = re.search(r"(\d+)$", name)
+        if number:
+            self._count = max(self._count, int(number.group(1)) + 1)
 
     def bind(self, name: str, obj: Any) -> str:
         self.namespace[name] = obj

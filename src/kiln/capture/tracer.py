@@ -95,6 +95,7 @@ class Tracer:
         self.mode = RecordingMode(self)
         self.inner_cells: set[int] = set()
         self.inner_functions: set[int] = set()
+        self.inlined: dict[int, Any] = {}  # id -> every Python function run inline (held)
         self.created_objects: set[int] = set()  # user-class instances made during the trace
         self.tree_guarded = False  # the module-structure guard is added once per trace
         self.dict_guarded: set[int] = set()  # held objects whose __dict__ is guarded
@@ -664,10 +665,19 @@ def set_autocast(device: str, enabled: bool, dtype: torch.dtype) -> None:
 
 
 _AUTOCAST_DEVICES = ("cpu", "cuda")
-_AUTOCAST_READERS = {
-    dev: (lambda d=dev: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)))
-    for dev in _AUTOCAST_DEVICES
-}
+
+
+# named module-level functions (not lambdas): a kept capture names its guards' readers
+# (capture_cache.py)
+def _autocast_cpu() -> tuple[bool, torch.dtype]:
+    return torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+
+
+def _autocast_cuda() -> tuple[bool, torch.dtype]:
+    return torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+
+
+_AUTOCAST_READERS = {"cpu": _autocast_cpu, "cuda": _autocast_cuda}
 
 
 def _autocast_state() -> dict[str, tuple[bool, torch.dtype]]:

@@ -1,0 +1,121 @@
+"""A captured FX graph as plain data, and back: what the capture cache keeps of a graph.
+
+Takes the graph a trace recorded (torch-level: call_function / call_method / get_attr nodes,
+placeholders, one output) with its constant tensors; gives `dump(graph, constants, enc)`, plain
+data whose call targets and odd arguments go through a `recipes.Encoder`, and `load(data,
+resolver)`, a `LazyGraphModule` with the same node names, targets, arguments and the node
+facts compilation reads (`example_value` as meta tensors of the same sizes, strides and dtype,
+`kiln_layout_guarded`, `recompute`, `source`). The artifact cache (backends/warm.py) keys a
+compiled graph by these, so a graph loaded here finds the compiled entry the first process
+stored.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from ..lazy_graphs import LazyGraphModule
+from . import module_tree
+from .recipes import Encoder, Resolver, Uncacheable
+
+_MARKS = ("kiln_layout_guarded", "recompute", "source")
+
+
+def dump(graph: fx.Graph, constants: dict[str, torch.Tensor], enc: Encoder) -> dict:
+    nodes = []
+    for n in graph.nodes:
+        if n.op == "call_module":
+            raise Uncacheable(f"the graph calls a module ({n.target})")
+        if n.op == "call_function":
+            target = enc.value(n.target)
+        else:
+            target = ("v", n.target)
+        meta = {k: n.meta[k] for k in _MARKS if k in n.meta}
+        if not all(type(v) in (bool, str, int) for v in meta.values()):
+            raise Uncacheable(f"node {n.name} has marks that are not plain values")
+        if "example_value" in n.meta:
+            meta["example_value"] = _layout(n.meta["example_value"], n.name)
+        nodes.append((n.op, n.name, target, _arg(n.args, enc), _arg(n.kwargs, enc), meta))
+    for name, t in constants.items():
+        if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided:
+            raise Uncacheable(f"constant {name} is a {type(t).__name__}")
+    buf = io.BytesIO()
+    torch.save(dict(constants), buf)
+    return {"nodes": nodes, "constants": buf.getvalue()}
+
+
+def _layout(v: Any, name: str) -> Any:
+    if isinstance(v, torch.Tensor):
+        if v.layout != torch.strided or isinstance(v, torch._subclasses.FakeTensor):
+            raise Uncacheable(f"node {name}'s example is a {type(v).__name__}")
+        return ("tensor", tuple(v.shape), tuple(v.stride()), v.dtype)
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__, [_layout(x, name) for x in v])
+    if v is None or type(v) in (bool, int, float):
+        return ("v", v)
+    raise Uncacheable(f"node {name}'s example is a {type(v).__name__}")
+
+
+def _unlayout(d: Any) -> Any:
+    tag = d[0]
+    if tag == "tensor":
+        return torch.empty_strided(d[1], d[2], dtype=d[3], device="meta")
+    if tag in ("tuple", "list"):
+        items = [_unlayout(x) for x in d[1]]
+        return tuple(items) if tag == "tuple" else items
+    return d[1]
+
+
+def _arg(a: Any, enc: Encoder) -> tuple:
+    if isinstance(a, fx.Node):
+        return ("n", a.name)
+    if type(a) is tuple:  # (not a named tuple: those are values of their own type)
+        return ("tuple", [_arg(x, enc) for x in a])
+    if isinstance(a, list):  # FX keeps arguments in its immutable_list / immutable_dict
+        return ("list", [_arg(x, enc) for x in a])
+    if isinstance(a, dict):
+        return ("dict", [(k, _arg(v, enc)) for k, v in a.items()])
+    if type(a) is slice:
+        return ("slice", [_arg(a.start, enc), _arg(a.stop, enc), _arg(a.step, enc)])
+    return ("val", enc.value(a))
+
+
+def _unarg(d: tuple, nodes: dict[str, fx.Node], res: Resolver) -> Any:
+    tag, v = d
+    if tag == "n":
+        return nodes[v]
+    if tag in ("tuple", "list"):
+        items = [_unarg(x, nodes, res) for x in v]
+        return tuple(items) if tag == "tuple" else items
+    if tag == "dict":
+        return {k: _unarg(x, nodes, res) for k, x in v}
+    if tag == "slice":
+        return slice(*(_unarg(x, nodes, res) for x in v))
+    return res.value(v)
+
+
+def load(data: dict, res: Resolver) -> LazyGraphModule:
+    graph = fx.Graph()
+    made: dict[str, fx.Node] = {}
+    for op, name, target, args, kwargs, meta in data["nodes"]:
+        t = res.value(target)
+        a, kw = _unarg(args, made, res), _unarg(kwargs, made, res)
+        if op == "output":
+            node = graph.output(a[0])
+        else:
+            node = graph.create_node(op, t, a, kw, name=name)
+            if node.name != name:
+                raise Uncacheable(f"node {name} came back as {node.name}")
+        for k, v in meta.items():
+            node.meta[k] = _unlayout(v) if k == "example_value" else v
+        made[name] = node
+    constants = torch.load(io.BytesIO(data["constants"]), weights_only=True)
+    with module_tree.suspended():
+        root = torch.nn.Module()
+        for name, t in constants.items():
+            setattr(root, name, t)
+        return LazyGraphModule(root, graph, class_name="KilnGraph")
