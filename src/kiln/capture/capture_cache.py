@@ -117,6 +117,7 @@ class Saver:
         self.reason: str | None = None
         self.data: dict[str, Any] = {}
         self.enc: Encoder | None = None
+        self.key = ""
         try:
             self.key = frame_key(cf)
             self.enc = Encoder(cf.root_callable)
@@ -124,8 +125,8 @@ class Saver:
                 f for f in tracer.inlined.values() if id(f) not in tracer.inner_functions
             ]
             self._check_trace()
-        except Uncacheable as e:
-            self.refuse(str(e))
+        except Exception as e:  # noqa: BLE001 - keeping a capture never fails a compile
+            self.refuse(_why(e))
 
     def refuse(self, reason: str) -> None:
         if self.reason is None:
@@ -162,8 +163,8 @@ class Saver:
                 return
             try:
                 src = _source(eff.source, self.enc)
-            except Uncacheable as e:
-                self.refuse(f"a side effect's target: {e}")
+            except Exception as e:  # noqa: BLE001
+                self.refuse(f"a side effect's target: {_why(e)}")
                 return
             value = getattr(eff.target, eff.name, _ABSENT)
             if value is _ABSENT:
@@ -186,8 +187,8 @@ class Saver:
         try:
             names = [(k, self.enc.value(v)) for k, v in namespace.items()]
             self.data["result"] = (expr, names, list(lets))
-        except Uncacheable as e:
-            self.refuse(f"its return value {e}")
+        except Exception as e:  # noqa: BLE001
+            self.refuse(f"its return value: {_why(e)}")
 
     def graph(self, graph: Any, constants: dict) -> None:
         """The graph as capture recorded it (before the backend rewrites anything)."""
@@ -195,21 +196,22 @@ class Saver:
             return
         try:
             self.data["graph"] = graph_data.dump(graph, constants, self.enc)
-        except Uncacheable as e:
-            self.refuse(f"its graph: {e}")
+        except Exception as e:  # noqa: BLE001
+            self.refuse(f"its graph: {_why(e)}")
 
     def finish(self, guards: list[Guard], info: Any, store: Any) -> None:
         """Write the entry (`info`: the graph's CaptureInfo, None without a graph)."""
+        payload = b""
         if self.reason is None:
             try:
                 self._finish(guards, info)
-            except Uncacheable as e:
-                self.refuse(str(e))
+                payload = pickle.dumps(self.data, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as e:  # noqa: BLE001
+                self.refuse(_why(e))
         if self.reason is not None:
             STATS["not_cached"] += 1
             say(f"{self.cf.label}: not kept for other processes: {self.reason}")
             return
-        payload = pickle.dumps(self.data, protocol=pickle.HIGHEST_PROTOCOL)
         if store.put(self.key, payload):
             STATS["stored"] += 1
             say(f"{self.cf.label}: capture kept ({len(payload)} bytes)")
@@ -244,6 +246,10 @@ class Saver:
 
 
 _ABSENT = object()
+
+
+def _why(e: Exception) -> str:
+    return str(e) if isinstance(e, Uncacheable) else f"{type(e).__name__}: {e}"
 
 
 def _finite_float(value: Any) -> bool:
@@ -325,10 +331,10 @@ def load(cf: Any, store: Any) -> Loaded | None:
     when there is none or it cannot be used."""
     try:
         key = frame_key(cf)
-    except Uncacheable as e:
-        say(f"{cf.label}: no capture cache: {e}")
+        raw = store.get(key)
+    except Exception as e:  # noqa: BLE001 - nothing to look up: capture as usual
+        say(f"{cf.label}: no capture cache: {_why(e)}")
         return None
-    raw = store.get(key)
     if raw is None:
         STATS["misses"] += 1
         say(f"{cf.label}: no kept capture")
