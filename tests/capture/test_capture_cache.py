@@ -46,6 +46,7 @@ import cfgmod
 
 SCALE = {scale}
 EVENTS = []
+NAMES = ("alpha", "beta", "gamma", "delta")
 
 
 def helper(x):
@@ -87,6 +88,19 @@ class Effects(Net):
         y = self.lin(x) * SCALE
         EVENTS.append(k)  # an outside list changed: a side effect
         return y
+
+
+class Ids(Net):
+    def forward(self, x, k=1, f=1.0):
+        return self.lin(x) + id(self.lin) % 1000  # another number in another process
+
+
+class SetOrder(Net):
+    def forward(self, x, k=1, f=1.0):
+        y = self.lin(x)
+        for name in set(NAMES):  # string hashes: a per-process order
+            y = y * 0.5 + len(name)
+        return y
 """
 
 DRIVER = """
@@ -96,7 +110,9 @@ import netmod
 
 knobs = json.loads(sys.argv[1])
 torch.manual_seed(0)
-cls = {"plain": netmod.Net, "breaks": netmod.Breaks, "effects": netmod.Effects}[knobs["program"]]
+programs = {"plain": netmod.Net, "breaks": netmod.Breaks, "effects": netmod.Effects,
+            "ids": netmod.Ids, "set_order": netmod.SetOrder}
+cls = programs[knobs["program"]]
 model = cls(knobs["use_bias"]).to(getattr(torch, knobs["dtype"]))
 model.train(knobs["train"])
 compiled = kiln.compile(model)
@@ -190,8 +206,9 @@ def test_a_change_is_captured_again(cold, tmp_path, change):
     assert "kept capture not used" in warm["log"]
 
 
-@pytest.mark.parametrize("program", ["breaks", "effects"])
-def test_breaks_and_side_effects_are_not_kept(tmp_path, program):
+@pytest.mark.parametrize("program", ["breaks", "effects", "ids", "set_order"])
+def test_what_holds_in_one_process_only_is_not_kept(tmp_path, program):
+    """A graph break, a side effect to replay, an `id()`, a set's per-process order."""
     cache = str(tmp_path / "cache")
     for seed in (1, 5):
         run = _run(tmp_path, cache, seed=seed, logs="capture_cache", program=program)

@@ -166,6 +166,7 @@ def _id(interp, args, kwargs):
     gets the same number only for the same object (its identity is guarded)."""
     if len(args) == 1 and not kwargs:
         tracer = interp.tracer
+        tracer.process_specific = "it reads id() of an object (another number in another process)"
         src = tracer.source_of(args[0]) if tracer.recording else None
         if src is not None:
             from . import guards

@@ -31,6 +31,7 @@ from . import (
     higher_order,
     numpy_trace,
     optimizers,
+    process_order,
 )
 from .attributes import (  # noqa: F401  (re-exported: handlers import them from here)
     STRUCTURE,
@@ -452,6 +453,7 @@ def _is_library(mod: str) -> bool:
 
 
 def native_call(interp, fn, args, kwargs):
+    process_order.note_call(interp.tracer, fn, args, kwargs)
     slots = interp.tracer.float_slots
     if slots.slots:  # dicts holding dynamic floats: what kiln cannot follow sees exact values
         slots.escape(getattr(fn, "__self__", None), args, tuple(kwargs.values()))

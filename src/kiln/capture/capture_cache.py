@@ -134,6 +134,8 @@ class Saver:
 
     def _check_trace(self) -> None:
         t = self.tracer
+        if t.process_specific is not None:
+            raise Uncacheable(t.process_specific)
         if t.dyn is not None:
             raise Uncacheable("it has dynamic shapes")
         if t.np_traced:

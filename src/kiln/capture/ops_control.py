@@ -9,6 +9,7 @@ which the recorder treats as a graph break. Exceptions use the code's exception 
 from __future__ import annotations
 
 from . import bytecode as bc
+from . import process_order
 from .bytecode import NULL, RETURN, YIELD, opcode
 
 
@@ -112,6 +113,7 @@ def op_get_iter(interp, frame, inst):
             frame.stack.append(rows)
             return
     fn = python_dunder(obj, "__iter__")
+    process_order.note_iteration(interp.tracer, obj)
     frame.stack.append(iter(interp_call(interp, fn, (obj,), {})) if fn else iter(obj))
 
 

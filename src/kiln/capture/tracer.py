@@ -96,6 +96,9 @@ class Tracer:
         self.inner_cells: set[int] = set()
         self.inner_functions: set[int] = set()
         self.inlined: dict[int, Any] = {}  # id -> every Python function run inline (held)
+        # why what this trace computed holds in this process only (an `id()`, a string's
+        # hash, a set's order): its capture is not kept for other processes (capture_cache)
+        self.process_specific: str | None = None
         self.created_objects: set[int] = set()  # user-class instances made during the trace
         self.tree_guarded = False  # the module-structure guard is added once per trace
         self.dict_guarded: set[int] = set()  # held objects whose __dict__ is guarded
