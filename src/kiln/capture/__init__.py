@@ -36,6 +36,10 @@ breaks.py           what happens at a break: graph so far, the step, the continu
 symbolic.py         SymInt/SymFloat: numbers that are graph values and guard by use
 dynamic.py          dynamic shapes: fake tensors with symbolic sizes, shape guards
 explain.py          kiln.explain and the `kiln explain` command
+capture_cache.py    a frame's trace kept for later processes: saved, found again, refused why
+recipes.py          outside objects named so that another process finds the same ones
+graph_data.py       a captured FX graph as plain data and back
+process_order.py    what a trace computed that holds in its own process only (id, set order)
 errors.py           Unsupported (user-facing) and kiln's internal signals
 """
 
