@@ -292,6 +292,7 @@ class Tracer:
         language model's first training step ran its backward with the traced forward's logits
         alive, and a traced optimizer step kept every gradient past `zero_grad`."""
         self.keepalive.clear()
+        self.inlined.clear()  # (a closure made in the call holds its values)
         self._refs.clear()
         self.tensor_nodes.clear()
         self.sources.clear()  # every object the trace read, inputs included
