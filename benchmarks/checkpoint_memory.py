@@ -10,8 +10,9 @@ or on in the reentrant form; its columns are
   `torch.autograd.graph.saved_tensors_hooks` around a real forward (a compiled step's saved
   tensors are those its autograd.Function saves; inside an eager non-reentrant checkpoint
   torch's own hooks replace these, as it saves nothing there);
-- peak (CUDA only): `torch.cuda.max_memory_allocated()` during one forward + backward, above
-  what was allocated before it;
+- peak: `torch.cuda.max_memory_allocated()` during one forward + backward, above what was
+  allocated before it (on the CPU: the most bytes of storages made during it alive at once,
+  counted by `kiln.bench.live_bytes.LiveBytes`);
 - step: median time of forward + backward (after warm-up; a compiled row's first call is its
   compile, not counted);
 - max |grad - eager|: the largest difference of any parameter's gradient from the eager step
@@ -103,11 +104,18 @@ def measure(args, compiler: str, setting: str, ids, reference) -> dict:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    row["saved_bytes"], loss = saved_bytes(forward, params)
-    loss.backward()
     if args.device == "cuda":
+        row["saved_bytes"], loss = saved_bytes(forward, params)
+        loss.backward()
         torch.cuda.synchronize()
         row["peak_bytes"] = torch.cuda.max_memory_allocated() - base
+    else:  # the CPU has no allocator statistics: count live storages (kiln.bench.live_bytes)
+        from kiln.bench.live_bytes import LiveBytes
+
+        with LiveBytes() as live:
+            row["saved_bytes"], loss = saved_bytes(forward, params)
+            loss.backward()
+        row["peak_bytes"] = live.peak
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
     times = []
     for _ in range(args.steps):
@@ -161,7 +169,7 @@ def main() -> None:
         f"\nHF Llama, {args.layers} layers, d{args.hidden}, batch {args.batch} x {args.seq}, "
         f"float32, {args.device}; torch {torch.__version__}\n"
     )
-    peak = args.device == "cuda"
+    peak = True
     head = "| compiler | checkpointing | saved (MiB) |" + (" peak (MiB) |" if peak else "")
     print(head + " step (ms) | loss | max abs grad diff vs eager |")
     print("|" + "---|" * (head.count("|") + 2))
