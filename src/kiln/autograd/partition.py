@@ -137,6 +137,23 @@ def must_recompute(node: torch.fx.Node) -> bool:
     return not (node.target is operator.getitem and is_random(node.args[0]))
 
 
+def _leaves_region(node: torch.fx.Node, forward: set) -> bool:
+    """Is `node` a checkpointed region's output: read, on the way to the forward's outputs
+    (`forward`: their ancestors), by a node outside its region (the next region's input, the
+    final norm)? Eager saves a checkpoint's inputs; recomputing them too would rebuild every
+    layer from the first one in the backward, all alive at once (HF Llama's checkpointed step
+    peaked as high as the plain one). Nodes autograd made for the backward only do not count."""
+    if node.meta.get("ac_graph_id") is None:
+        return False  # marks without region numbers (an older trace): every mark recomputed
+    region = node.meta["ac_graph_id"]
+    for user in node.users:
+        if user.op == "output":
+            return True
+        if user in forward and user.meta.get("ac_graph_id") != region:
+            return True
+    return False
+
+
 def value_bytes(node: torch.fx.Node) -> int:
     """Memory that saving `node` keeps alive (at the sizes first seen, for symbolic sizes);
     `INF` for values that cannot be saved."""
@@ -305,9 +322,10 @@ def partition_joint(joint: Joint, strategy: str = "min_cut") -> Partition:
     if strategy == "min_cut":
         relevant = [n for n in forward_nodes if n in bw_nodes]
         weight, keep = _cut_weights(relevant, tangent_dep, set(fw_outs))
-        checkpointed = _with_region_helpers(
-            relevant, {n for n in relevant if must_recompute(n)}, tangent_dep
-        )
+        forward = _ancestors(fw_outs, stop=set())
+        marked = {n for n in relevant if must_recompute(n)}
+        region_outputs = {n for n in marked if _leaves_region(n, forward)}
+        checkpointed = _with_region_helpers(relevant, marked - region_outputs, tangent_dep)
         for n in checkpointed:  # never saved: the backward runs the region again
             weight[n] = mincut.INF
         if checkpointed:
@@ -319,6 +337,7 @@ def partition_joint(joint: Joint, strategy: str = "min_cut") -> Partition:
                 n
                 for n in relevant
                 if n.op == "placeholder"
+                or n in region_outputs  # saved, as eager saves the next checkpoint's input
                 or n not in checkpointed
                 and (not is_recomputable(n) or n in keep)
             },

@@ -232,7 +232,7 @@ def graph_key(gm: torch.fx.GraphModule) -> str:
             )
         elif node.op == "call_module":
             raise Unkeyable(f"the graph calls a module ({node.target})")
-        for mark in ("recompute", "kiln_layout_guarded"):
+        for mark in ("recompute", "ac_graph_id", "kiln_layout_guarded"):
             if mark in node.meta:
                 parts.append(f"{node.name}.{mark}={node.meta[mark]!r}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

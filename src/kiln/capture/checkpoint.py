@@ -60,10 +60,15 @@ def run_checkpointed(interp, args: tuple, kwargs: dict, call) -> Any:
     before = set(graph.nodes) if interp.tracer.recording else None
     out = call(fn, fn_args, kwargs)
     if before is not None and interp.tracer.recording:
+        # each region gets its own number (torch's `ac_graph_id`, which make_fx copies with the
+        # mark): a value one region gives the next is the next region's input, saved as eager
+        # saves a checkpoint's inputs, not recomputed from the first region on
+        region = 1 + max((n.meta.get("ac_graph_id", 0) for n in before), default=0)
         for node in graph.nodes:
             if node not in before and node.op in ("call_function", "call_method"):
                 # torch's own mark (FX prints and checks it as a CheckpointPolicy)
                 node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+                node.meta["ac_graph_id"] = region
     return out
 
 

@@ -22,7 +22,7 @@ from ..lazy_graphs import LazyGraphModule
 from . import module_tree
 from .recipes import Encoder, Resolver, Uncacheable
 
-_MARKS = ("kiln_layout_guarded", "recompute", "source")
+_MARKS = ("kiln_layout_guarded", "recompute", "ac_graph_id", "source")
 
 
 def dump(graph: fx.Graph, constants: dict[str, torch.Tensor], enc: Encoder) -> dict:
