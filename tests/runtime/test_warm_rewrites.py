@@ -18,16 +18,6 @@ from kiln.backends import warm
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("KILN_ARTIFACT_CACHE", "1")  # the suite runs with it off (conftest.py)
-    kiln.reset()
-    yield
-    kiln.reset()
-    logs.set_logs()
-
-
-@pytest.fixture
 def rewrites(monkeypatch):
     """How many times the mask rewrite ran, and what it did."""
     runs: list[list[str]] = []

@@ -110,16 +110,6 @@ def test_two_processes_compile_the_same_graph_at_once(tmp_path):
 # -- in one process: each compile below is a fresh kiln.compile after kiln.reset() ------------
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    root = str(tmp_path / "cache")
-    monkeypatch.setenv("KILN_CACHE_DIR", root)
-    monkeypatch.setenv("KILN_ARTIFACT_CACHE", "1")  # the suite runs with it off (conftest.py)
-    kiln.reset()
-    yield root
-    kiln.reset()
-
-
 def _step(fn, seed: int) -> float:
     """One compiled call and backward of `fn` against eager on fresh data; the worst error."""
     gen = torch.Generator().manual_seed(seed)

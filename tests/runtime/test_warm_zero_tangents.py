@@ -6,7 +6,6 @@ loads it. Every call compares kiln's loss and gradient with eager's on fresh dat
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 import kiln
@@ -19,15 +18,6 @@ ROWS, COLS = 64, 4096  # the unused output: 1 MiB of float32
 def loss_and_logits(x, w):
     logits = torch.tanh(x @ w)
     return logits.square().mean(), logits
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("KILN_ARTIFACT_CACHE", "1")  # the suite runs with it off (conftest.py)
-    kiln.reset()
-    yield
-    kiln.reset()
 
 
 def _backward_peak(seed: int) -> int:
