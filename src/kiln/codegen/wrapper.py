@@ -30,8 +30,6 @@ from ..lower.ir import (
     BufRef,
     Extern,
     ExternItem,
-    Pointwise,
-    Reduction,
     View,
     node_dtype,
     node_size,
@@ -320,20 +318,13 @@ def _extern_outputs(node: Extern, nodes: dict, read_by_kernel: set) -> list[str]
 
 
 def _alias(view: View, nodes: dict) -> str:
-    base = nodes[view.base]
-    vs = index_vars(len(view.size))
-    if isinstance(base, (Pointwise, Reduction)):
-        lay_stride, lay_offset = base.layout.stride, 0
-    else:
-        lay_stride, lay_offset = base.layout.stride, base.layout.offset
-    from ..lower.indexing import affine_coefficients, symbolic_affine, unit_dims
+    from ..lower.indexing import view_form
 
-    pos = sympy.sympify(linearize(view.index, lay_stride)).xreplace(unit_dims(vs, view.size))
-    form = symbolic_affine(pos, vs, size_divisions=True) if pos.free_symbols - set(vs) else None
-    coeffs, const = form if form is not None else affine_coefficients(pos, vs)
+    pos = linearize(view.index, nodes[view.base].layout.stride)
+    form = view_form(pos, index_vars(len(view.size)), view.size)
+    assert form is not None, f"{view.name}: kept as an alias by the schedule, but not strided"
+    coeffs, rel = form  # offsets relative to the base tensor's own storage offset
     strides = [c if s != 1 else 0 for c, s in zip(coeffs, view.size)]
-    rel = const  # offsets relative to the base tensor's own storage offset
-    del lay_offset
     head = f"_as_strided({view.base}, {_tuple(view.size)}, {_tuple(strides)}"
     if rel == 0:  # torch.as_strided keeps the base's own storage offset when given none
         return head + ")"

@@ -219,13 +219,6 @@ def _symbolic(v) -> bool:
     return isinstance(v, sympy.Basic) and not v.is_Number
 
 
-def unit_dims(variables, size) -> dict:
-    """{variable: 0} for each dimension of extent 1: its index is always 0, so a view's stride
-    there means nothing (and may be an expression no stride test accepts: the padded row
-    length of a `[1, 1, 1, s]` attention bias)."""
-    return {v: sympy.Integer(0) for v, n in zip(variables, size) if n == 1}
-
-
 def symbolic_affine(expr, variables, size_divisions: bool = False) -> tuple[list, object] | None:
     """(coefficients, constant) of `expr` in `variables` where the coefficients and the
     constant may be size expressions (`s1*i0 + i1`, a symbolic stride); None when a variable
@@ -258,6 +251,23 @@ def symbolic_affine(expr, variables, size_divisions: bool = False) -> tuple[list
         coeffs[v] += c
     norm = [int(c) if c.is_Integer else c for c in coeffs.values()]
     return norm, int(const) if const.is_Integer else const
+
+
+def view_form(pos, variables, size) -> tuple[list, object] | None:
+    """(coefficients, constant) of a view's storage position `pos` in its index `variables`
+    (one per dimension of `size`), or None when the view is not strided. A dimension of extent
+    1 reads index 0 only, so its stride means nothing and may be an expression no stride test
+    accepts (the padded row length of a `[1, 1, 1, s]` attention bias); symbolic strides may
+    hold `FloorDiv`/`ModularIndexing` of sizes, which the wrapper computes. The schedule keeps
+    a view by this test and the wrapper prints its strides from the same form."""
+    unit = {v: sympy.Integer(0) for v, n in zip(variables, size) if n == 1}
+    pos = sympy.sympify(pos).xreplace(unit)
+    if pos.free_symbols - set(variables):
+        return symbolic_affine(pos, variables, size_divisions=True)
+    if not is_affine(pos, variables):
+        return None
+    coeffs, const = affine_coefficients(pos, variables)
+    return list(coeffs), const
 
 
 def memory_steps(index, strides, variables) -> list[int] | None:

@@ -23,7 +23,7 @@ import sympy
 import torch
 
 from .. import logs
-from ..lower.indexing import index_vars, is_affine, linearize, symbolic_affine, unit_dims
+from ..lower.indexing import index_vars, linearize, view_form
 from ..lower.ir import (
     REALIZED,
     Expr,
@@ -132,12 +132,7 @@ def materialize_views(graph: LoopGraph) -> LoopGraph:
             continue
         vs = index_vars(len(node.size))
         pos = _storage_index(nodes[node.base], node.index)
-        if pos is not None:
-            pos = pos.xreplace(unit_dims(vs, node.size))
-        if pos is not None and (
-            is_affine(pos, vs)
-            or (graph.symbolic and symbolic_affine(pos, vs, size_divisions=True) is not None)
-        ):
+        if pos is not None and view_form(pos, vs, node.size) is not None:
             out.append(node)
             continue
         # The message is bound to a name first: mypy cannot type a lambda whose defaults bind
