@@ -200,6 +200,7 @@ def main() -> None:
     for name in args.compilers.split(","):
         argv = ["--only", name, "--device", args.device, "--dtype", args.dtype]
         argv += ["--batch", str(args.batch), "--calls", str(args.calls), "--reps", str(args.reps)]
+        argv += ["--rounds", str(args.rounds)]
         argv += ["--tiny"] * args.tiny + ["--no-static"] * args.no_static
         argv += ["--stand-in"] * args.stand_in
         results.append(run_worker(__file__, argv, {"compiler": name}))

@@ -61,12 +61,25 @@ def worker(args: argparse.Namespace) -> None:
             torch.cuda.synchronize()
 
     compile_fn = kiln.compile if args.compiler == "kiln" else torch.compile
+    profiler = None
+    if args.profile_to:  # where the first call's time goes (about 2x slower under cProfile)
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     sync()
     start = time.perf_counter()
     compiled = compile_fn(model)
     call(compiled, inputs)
     sync()
     first = time.perf_counter() - start
+    if profiler is not None:
+        import pstats
+
+        profiler.disable()
+        with open(args.profile_to, "w") as f:
+            f.write(f"first call {first:.3f} s under cProfile\n")
+            pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(70)
     model.zero_grad(set_to_none=True)
     got = call(compiled, fresh)
     got_grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
@@ -100,7 +113,7 @@ def worker(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(row))
 
 
-def run_one(args, model: str, compiler: str, cache_root: str) -> dict:
+def run_one(args, model: str, compiler: str, cache_root: str, profile_to=None) -> dict:
     from kiln.bench.worker import fresh_cache_env
 
     env = fresh_cache_env(cache_root)
@@ -111,6 +124,7 @@ def run_one(args, model: str, compiler: str, cache_root: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", name]
     cmd += ["--compiler", compiler, "--device", args.device, "--dtype", args.dtype]
     cmd += ["--size", args.size] + (["--train"] if flag == "train" else [])
+    cmd += ["--profile-to", profile_to] if profile_to else []
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -128,6 +142,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="warm processes per row (median)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--out", default=None, help="JSON file (default: print only)")
+    ap.add_argument(
+        "--profile",
+        default=None,
+        help="after the warm processes, one more warm kiln process under cProfile; its "
+        "cumulative-time table goes to PROFILE.<model>.txt",
+    )
+    ap.add_argument("--profile-to", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--compiler", help=argparse.SUPPRESS)
@@ -142,6 +163,9 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="kiln-warm-start-") as root:
                 cold = run_one(args, model, compiler, root)
                 warms = [run_one(args, model, compiler, root) for _ in range(args.repeat)]
+                if args.profile and compiler == "kiln":
+                    path = f"{args.profile}.{model.replace(':', '_')}.txt"
+                    run_one(args, model, compiler, root, profile_to=path)
             times = [w["first_call_s"] for w in warms if "first_call_s" in w]
             row = {
                 "model": model,
