@@ -61,9 +61,11 @@ def worker(args: argparse.Namespace) -> None:
             torch.cuda.synchronize()
 
     compile_fn = kiln.compile if args.compiler == "kiln" else torch.compile
-    profiler = None
+    profiler, import_stacks = None, {}
     if args.profile_to:  # where the first call's time goes (about 2x slower under cProfile)
         import cProfile
+
+        _record_import_stacks(import_stacks, ("triton.experimental", "torch._inductor"))
 
         profiler = cProfile.Profile()
         profiler.enable()
@@ -80,6 +82,8 @@ def worker(args: argparse.Namespace) -> None:
         with open(args.profile_to, "w") as f:
             f.write(f"first call {first:.3f} s under cProfile\n")
             pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(70)
+            for name, stack in import_stacks.items():
+                f.write(f"\nfirst import of {name} from:\n{stack}")
     model.zero_grad(set_to_none=True)
     got = call(compiled, fresh)
     got_grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
@@ -111,6 +115,22 @@ def worker(args: argparse.Namespace) -> None:
         row["artifact_cache"] = dict(warm.STATS)
         row["capture_cache"] = dict(capture_cache.STATS)  # hits 1: the warm call skipped capture
     print("RESULT " + json.dumps(row))
+
+
+def _record_import_stacks(into: dict, prefixes: tuple) -> None:
+    """Record the Python stack of the first import of a module under each prefix: imports that
+    a warm first call pays for without needing them."""
+    import importlib.abc
+    import traceback
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            for prefix in prefixes:
+                if name.startswith(prefix) and prefix not in into:
+                    into[prefix] = "".join(traceback.format_stack(limit=25)[:-1])
+            return None
+
+    sys.meta_path.insert(0, Finder())
 
 
 def run_one(args, model: str, compiler: str, cache_root: str, profile_to=None) -> dict:
