@@ -83,6 +83,19 @@ def test_a_plain_kernel_gets_the_native_launcher_with_its_codes_bound():
     ]
 
 
+def test_a_kernel_past_the_native_parameter_cap_keeps_tritons_launcher():
+    # a GPT-2-small AdamW step made a one-row kernel of 593 parameters; the native launch packs
+    # at most MAX_PARAMS and raised on every launch of it
+    make = tnl.launcher_class(lambda *a: pytest.fail("native"), lambda src, m: "triton's")
+    many = {f"p{k}": "*fp32" for k in range(tnl.MAX_PARAMS + 1)}
+    assert make(types.SimpleNamespace(signature=many), _meta()) == "triton's"
+    at_cap = {f"p{k}": "*fp32" for k in range(tnl.MAX_PARAMS)}
+    native_made = tnl.launcher_class(lambda *a: None, lambda *a: pytest.fail("fallback"))
+    assert isinstance(
+        native_made(types.SimpleNamespace(signature=at_cap), _meta()), tnl.NativeLauncher
+    )
+
+
 def test_the_native_launch_refuses_bad_calls_before_touching_cuda():
     assert native.wait(), f"the native module did not build: {native.status()}"
     launch = native._state["module"].launch
@@ -95,6 +108,9 @@ def test_the_native_launch_refuses_bad_calls_before_touching_cuda():
         launch(b"p", 1, 1, 1, 0, 0, False, False, None, None, (4, 2, 0), None, None, None, 1)
     with pytest.raises(TypeError):
         launch("p", *head, 1)  # codes are bytes
+    many = tnl.MAX_PARAMS + 1
+    with pytest.raises(ValueError, match=f"a signature of {many} parameters, more than the"):
+        launch(b"p" * many, *head, *range(many))
 
 
 # -- on the GPU -------------------------------------------------------------------------------

@@ -195,9 +195,16 @@ PyObject* launch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   const char* codes = PyBytes_AS_STRING(args[0]);
   Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
-  if (nargs != kFixedArgs + n || n > kMaxParams) {
+  if (nargs != kFixedArgs + n) {
     PyErr_Format(PyExc_TypeError, "kiln launch: %zd kernel arguments for a signature of %zd",
                  nargs - kFixedArgs, n);
+    return nullptr;
+  }
+  if (n > kMaxParams) {
+    PyErr_Format(PyExc_ValueError,
+                 "kiln launch: a signature of %zd parameters, more than the %zd this launch "
+                 "packs (triton_native_launcher.MAX_PARAMS gives such kernels Triton's launcher)",
+                 n, kMaxParams);
     return nullptr;
   }
   unsigned grid[3];

@@ -45,6 +45,7 @@ _CODES = {
     "fp64": "d",
     "constexpr": "c",
 }
+MAX_PARAMS = 512  # native_launch.cpp's kMaxParams: a kernel with more keeps Triton's launcher
 _TRITON_VERSIONS = ("3.6.",)  # kernel parameter layouts native_launch.cpp was checked against
 
 
@@ -109,7 +110,7 @@ def launcher_class(launch, fallback):
     def make(src, metadata):
         signature = getattr(src, "signature", None)  # None: a source kind not known here
         sig = codes(signature) if signature is not None and plain_launch(metadata) else None
-        if sig is None:
+        if sig is None or len(sig) > MAX_PARAMS:  # an optimizer step's one-row kernel: 593
             return fallback(src, metadata)
         return NativeLauncher(functools.partial(launch, sig), sig)
 
