@@ -133,12 +133,24 @@ def worker(args) -> dict:
             timer.sync()
             diffs[n] = (out.float() - ref[n]).abs().max().item()
         wall = time.perf_counter() - t0
+        counts = compile_counts()  # before kiln's per-length static entries add their own
+        # kiln: a static entry per length (dynamic=False), compiled and warmed now, so that the
+        # rounds below time it right after the dynamic entry at the same length
+        statics = (
+            static_entries(model, inputs) if args.only == "kiln" and not args.no_static else {}
+        )
+        timer.sync()
         # lengths interleaved over rounds, so a slow moment of the host weighs on every length
+        # (the host-bound lengths swing by 20% between moments on the device machine's host)
         times: dict[int, list[float]] = {n: [] for n in lengths}
+        static_times: dict[int, list[float]] = {n: [] for n in statics}
         for _ in range(args.rounds):
             for n in lengths:
                 x = inputs[n]
                 times[n] += timer.per_call(lambda x=x: fn(input_ids=x), args.reps)
+                if n in statics:
+                    st = statics[n]
+                    static_times[n] += timer.per_call(lambda x=x, st=st: st(input_ids=x), args.reps)
         steady = {n: round(statistics.median(ts), 4) for n, ts in times.items()}
     result = {
         "compiler": args.only,
@@ -148,34 +160,33 @@ def worker(args) -> dict:
         "batch": args.batch,
         "lengths": list(lengths),
         "calls_per_length": args.calls,
+        "rounds": args.rounds,
+        "reps": args.reps,
         "wall_s_with_compiles": round(wall, 3),
         "steady_ms": steady,
         "max_abs_diff_vs_eager": diffs,
     }
-    result.update(compile_counts())
-    if args.only == "kiln":
-        if not args.no_static:
-            result["static_entry_steady_ms"] = static_entries(model, inputs, timer, args)
+    result.update(counts)
+    if static_times:
+        result["static_entry_steady_ms"] = {
+            n: round(statistics.median(ts), 4) for n, ts in static_times.items()
+        }
     return result
 
 
-def static_entries(model, inputs, timer, args) -> dict:
-    """Steady ms of a kiln entry compiled for each length alone (dynamic=False), measured as the
-    dynamic entry is: lengths interleaved over rounds, each round a fresh static entry (after the
-    first round the compiled-artifact cache serves it), the median over all rounds' calls."""
+def static_entries(model, inputs) -> dict:
+    """A kiln entry compiled for each length alone (`dynamic=False`, its own compiled callable),
+    warmed with three calls."""
     import kiln
 
-    times: dict[int, list[float]] = {n: [] for n in inputs}
+    statics = {}
     with torch.no_grad():
-        for _ in range(args.rounds):
-            for n, x in inputs.items():
-                kiln.reset()
-                fn = kiln.compile(model, dynamic=False)
-                for _ in range(3):
-                    fn(input_ids=x)
-                timer.sync()
-                times[n] += timer.per_call(lambda x=x, fn=fn: fn(input_ids=x), args.reps)
-    return {n: round(statistics.median(ts), 4) for n, ts in times.items()}
+        for n, x in inputs.items():
+            fn = kiln.compile(model, dynamic=False)
+            for _ in range(3):
+                fn(input_ids=x)
+            statics[n] = fn
+    return statics
 
 
 def main() -> None:
