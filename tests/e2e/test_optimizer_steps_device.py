@@ -281,3 +281,93 @@ def test_steady_step_allocates_nothing(foreach):
                 for k, v in ref_opt.state[a].items():
                     torch.testing.assert_close(opt.state[b][k], v, msg=lambda m, k=k: f"{k}: {m}")
     assert counts[-1] == 0, counts
+
+
+def _params(code: str) -> dict[str, int]:
+    """Each Triton kernel of the last graph in the log: its number of arguments (constexprs
+    included), as the launch passes them."""
+    text = code.split("Triton kernels:")[-1].split("wrapper:")[0]
+    return {
+        name: len(args.split(","))
+        for name, args in re.findall(r"def (kernel\d+)\((.*?)\):", text, re.S)
+    }
+
+
+def _gpt2_small_shapes() -> list[tuple[int, ...]]:
+    """GPT2LMHeadModel(GPT2Config()).parameters() shapes (lm_head is tied to wte): 148."""
+    d, vocab, pos = 768, 50257, 1024
+    shapes: list[tuple[int, ...]] = [(vocab, d), (pos, d)]
+    for _ in range(12):
+        shapes += [(d,), (d,), (d, 3 * d), (3 * d,), (d, d), (d,)]  # ln_1, attn
+        shapes += [(d,), (d,), (d, 4 * d), (4 * d,), (4 * d, d), (d,)]  # ln_2, mlp
+    return shapes + [(d,), (d,)]  # ln_f
+
+
+def test_gpt2_small_adamw_step_kernels_stay_within_the_argument_cap():
+    """The Triton code of GPT-2 small's AdamW step (its 148 parameter shapes, fake CUDA tensors,
+    as test_cuda_graph_of_a_step_reads_a_scheduled_lr_in_its_kernels makes it): no kernel takes
+    more buffer arguments than the device's horizontal cap (schedule/wide.py), so none reaches
+    the native launch's 512 and none is a straight-line kernel Triton takes long to build. Fused
+    by size, the 74 vectors of 768 made one kernel of 594 arguments on one program (37 s to
+    build for sm_90), and the counts and bias corrections one of 398."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from kiln.devices.builtin import CUDA
+    from kiln.runtime.triton_native_launcher import MAX_PARAMS
+
+    cap = CUDA.capabilities.horizontal
+    with FakeTensorMode() as mode:
+        params = [torch.empty(s, device="cuda").requires_grad_() for s in _gpt2_small_shapes()]
+        for p in params:
+            p.grad = torch.empty_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=True, capturable=True)
+    for p in params:  # the state a first step makes, on the parameters' (fake) device
+        with mode:
+            opt.state[p] = {
+                "step": torch.zeros((), device="cuda"),
+                "exp_avg": torch.zeros_like(p),
+                "exp_avg_sq": torch.zeros_like(p),
+            }
+    graphs = []
+
+    def grab(gm, example_inputs):
+        graphs.append((gm, example_inputs))
+        return gm.forward
+
+    with mode:
+        kiln.compile(opt.step, backend=grab)()
+        gm, example_inputs = graphs[-1]
+        code = _logged(lambda: inductor(gm, list(example_inputs)))
+    params_of = _params(code)
+    assert len(params_of) >= 4, code[-3000:]
+    assert max(params_of.values()) <= cap + 1 < MAX_PARAMS, params_of  # (+1: XBLOCK)
+    assert "extern call" not in code, code[-3000:]
+    assert _launches(code) <= 14, _launches(code)
+
+
+@pytest.mark.parametrize("options", [None, TRITON], ids=["cpp", "triton"])
+def test_many_tensors_of_one_size_split_into_parts(options):
+    """Foreach AdamW over 48 vectors of one size and 6 matrices of another: fused by size, the
+    vectors made one kernel of more buffers than the device's cap (schedule/wide.py); split,
+    each tensor's update is a part of a horizontal kernel. Eager's values step after step, and
+    every kernel within the cap."""
+    from kiln.devices.builtin import CPU, CUDA
+
+    if options is TRITON:
+        from kiln.runtime.triton_interpret import is_interpreting
+
+        if not is_interpreting():
+            pytest.skip("Triton interpreter is off (a GPU run)")
+    shapes = [(37,)] * 48 + [(9, 70)] * 6
+    code, _ = _run("adamw", len(shapes), True, options, steps=3, shapes=shapes)
+    if options is TRITON:
+        cap = CUDA.capabilities.horizontal
+        assert max(_params(code).values()) <= cap + 1, _params(code)
+    else:
+        cap = CPU.capabilities.horizontal
+        wrapper = code.split("wrapper:")[-1]
+        calls = re.findall(r"^\s+kernel\d+\(.*$", wrapper, re.M)
+        assert calls, wrapper
+        # (a C++ kernel's buffers are passed as `.data_ptr()`, its sizes as integers)
+        widest = max(call.count(".data_ptr()") for call in calls)
+        assert widest <= cap, widest

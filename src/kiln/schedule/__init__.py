@@ -5,7 +5,8 @@ inlining, and the ordered steps (`Alloc`, `Kernel`, `ExternCall`, `Alias`, `Free
 codegen renders one-to-one into the wrapper program and the kernels.
 
 Files: realize.py (dead code, views, which pointwise nodes get a buffer, inlining),
-fusion.py (kernels: which nodes share a loop, and why not), horizontal.py (independent
+fusion.py (kernels: which nodes share a loop, and why not), wide.py (kernels over the
+device's argument cap split into independent ones), horizontal.py (independent
 pointwise kernels run side by side in one), inplace.py (mutated inputs
 written in place), memory.py (lifetimes and reuse),
 arena.py (the block that holds intermediates from call to call), fuel.py (the optimization
@@ -28,6 +29,7 @@ from .horizontal import group_horizontally
 from .inplace import inplace_outputs
 from .memory import Alias, Alloc, Free, PlanStep, plan_memory
 from .realize import eliminate_dead, inline_pointwise, materialize_views
+from .wide import split_wide
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ def _schedule(
     graph = after("materialize_views", materialize_views(graph))
     graph = after("inline_pointwise", inline_pointwise(graph, budget))
     graph = after("eliminate_dead", eliminate_dead(graph))
-    fused = group_horizontally(graph, fuse(graph, budget), horizontal, budget)
+    fused = split_wide(graph, fuse(graph, budget), horizontal)
+    fused = group_horizontally(graph, fused, horizontal, budget)
     steps = plan_memory(graph, fused, out_externs, inplace_outputs(graph, fused, mutations))
     if arena:
         kept = plan_arena(graph, steps)

@@ -75,7 +75,7 @@ def group_horizontally(
         if why:
             logs.log("schedule", f"{step.name} not grouped: {why}")
             continue
-        reads = _reads(step, nodes)
+        reads = kernel_reads(step, nodes)
         args = reads | {m.name for m in step.members}
         ready = max((step_of[b] for b in reads if b in step_of), default=-1)
         key = tuple(sorted({dtype_str(member_node(nodes, m.name).dtype) for m in step.members}))
@@ -111,7 +111,7 @@ def _step_of(steps: tuple[Step, ...], nodes: dict[str, Node]) -> dict[str, int]:
     return out
 
 
-def _reads(kernel: Kernel, nodes: dict[str, Node]) -> set[str]:
+def kernel_reads(kernel: Kernel, nodes: dict[str, Node]) -> set[str]:
     """Buffers the kernel reads from outside itself; a view counts as its base buffer."""
     inside = {m.name for m in kernel.members}
     out: set[str] = set()

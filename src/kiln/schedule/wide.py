@@ -1,0 +1,104 @@
+"""Wide kernels split into their independent parts.
+
+Takes a `LoopGraph` and its fused steps (fusion.py) and the device's argument cap (the one
+horizontal.py keeps a group within); gives the steps with every kernel of more buffer
+arguments than the cap split into kernels of its independent member sets (members that read no
+value another set computes), each a kernel of its own at the wide kernel's place, so that
+horizontal grouping (horizontal.py) can run them side by side, each in its own programs.
+
+Why it exists: fusion puts the same op on tensors of one size into one kernel (fusion.py's
+same-size candidates), which a foreach optimizer step over many tensors of one shape makes a
+single straight-line kernel of hundreds of buffers: GPT-2 small's AdamW step had one of 594
+arguments over its 74 vectors of 768 elements. Triton's build time grows faster than a
+kernel's length (that kernel took 37 s to build for sm_90, twelve tensors' worth 1 s), and its
+768 elements ran as one program on one multiprocessor. Split, each tensor's update is a part
+of a horizontal kernel of its own program ids.
+
+Rules: only kernels of pointwise members are split (a reduction's rows are not independent
+work); a member stays with every member it reads and every member that reads it (through
+views too), so each new kernel computes what it did before, in the same order; sets are never
+merged back past the cap, each is its own kernel (horizontal.py packs them). A kernel at or
+under the cap, or a cap of 0 (a device without horizontal kernels), is left alone. Each split
+is logged under `KILN_LOGS=schedule`.
+"""
+
+from __future__ import annotations
+
+from .. import logs
+from ..lower.ir import LoopGraph, Node, Pointwise, View, loads
+from .fusion import Kernel, Step
+from .horizontal import kernel_reads
+
+
+def split_wide(graph: LoopGraph, steps: tuple[Step, ...], max_args: int) -> tuple[Step, ...]:
+    """`steps` with kernels over `max_args` buffer arguments split (module doc)."""
+    if max_args <= 0:
+        return steps
+    nodes = graph.node_map()
+    out: list[Step] = []
+    split = False
+    for step in steps:
+        if not isinstance(step, Kernel) or step.parts:
+            out.append(step)
+            continue
+        args = len(kernel_reads(step, nodes) | {m.name for m in step.members})
+        pieces = _independent(step, nodes) if args > max_args else [step]
+        if len(pieces) > 1:
+            split = True
+            logs.log(
+                "schedule",
+                f"{step.name} split into {len(pieces)} kernels of independent members: it "
+                f"would take {args} buffer arguments, more than the device's {max_args}",
+            )
+        out += pieces
+    return tuple(_renumbered(out)) if split else steps
+
+
+def _independent(kernel: Kernel, nodes: dict[str, Node]) -> list[Kernel]:
+    """The kernel's members in sets that share no value, one kernel each, in the order of each
+    set's first member; the kernel itself if it holds anything but pointwise members."""
+    if not all(isinstance(nodes[m.name], Pointwise) for m in kernel.members):
+        return [kernel]
+    parent = {m.name: m.name for m in kernel.members}
+
+    def root(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for m in kernel.members:
+        for ld in loads(nodes[m.name].body):  # type: ignore[union-attr]
+            name = ld.buf
+            while isinstance(nodes.get(name), View) and name not in parent:
+                name = nodes[name].base  # type: ignore[union-attr]
+            if name in parent:
+                parent[root(m.name)] = root(name)
+    sets: dict[str, list] = {}
+    for m in kernel.members:
+        sets.setdefault(root(m.name), []).append(m)
+    if len(sets) == 1:
+        return [kernel]
+    return [
+        Kernel(
+            kernel.name,
+            kernel.outer,
+            kernel.inner,
+            tuple(ms),
+            kernel.local & {m.name for m in ms},
+        )
+        for ms in sets.values()
+    ]
+
+
+def _renumbered(steps: list[Step]) -> list[Step]:
+    """Kernels named kernel0, kernel1, ... in order again (the pieces of a split share its
+    name); nothing before this pass refers to a kernel by its name."""
+    out: list[Step] = []
+    n = 0
+    for s in steps:
+        if isinstance(s, Kernel):
+            s = Kernel(f"kernel{n}", s.outer, s.inner, s.members, s.local, s.parts)
+            n += 1
+        out.append(s)
+    return out
