@@ -27,7 +27,7 @@ class _Hooks:
         self.launch_exit_hook = types.SimpleNamespace(calls=[])
 
 
-def _bound(bind, knobs=None, nparams=2):
+def _bound(bind, knobs=None, codes=b"pp", classes=None):
     fell, streams = [], []
 
     def fallback(*args, **kwargs):
@@ -37,7 +37,8 @@ def _bound(bind, knobs=None, nparams=2):
         streams.append(device)
         return 0
 
-    b = bind(fallback, 0, 0, 1, 1, 4, 0, nparams, 3, torch.Tensor.data_ptr, stream_of,
+    classes = bytes(len(codes)) if classes is None else classes
+    b = bind(fallback, 0, 0, 1, 1, 4, 0, codes, classes, 3, torch.Tensor.data_ptr, stream_of,
              knobs or _Hooks())  # fmt: skip
     return b, fell, streams
 
@@ -99,5 +100,104 @@ def test_a_launch_hook_sends_every_call_to_the_fallback(bind):
 
 
 def test_bind_refuses_too_many_parameters(bind):
+    many = b"p" * 10_000
     with pytest.raises(ValueError, match="parameters"):
-        bind(print, 0, 1, 1, 1, 4, 0, 10_000, 0, torch.Tensor.data_ptr, print, _Hooks())
+        bind(print, 0, 1, 1, 1, 4, 0, many, bytes(10_000), 0, torch.Tensor.data_ptr, print,
+             _Hooks())  # fmt: skip
+
+
+# -- integer (size) arguments: packed by code, taken only in the class they were compiled for --
+
+_VALUES = [
+    0,
+    1,
+    2,
+    15,
+    16,
+    17,
+    33,
+    1000,
+    1024,
+    -16,
+    -17,
+    2**31 - 16,
+    2**31 - 1,
+    2**31,
+    2**31 + 16,
+    -(2**31),
+    -(2**31) - 1,
+    2**40 + 3,
+    2**62,
+    2**63 - 16,
+    2**63,
+    2**63 + 16,
+    2**64 - 16,
+]
+
+
+def _class(v: int) -> int:
+    from kiln.runtime.triton_launch import _int_class
+
+    return _int_class(v)
+
+
+def test_a_size_argument_is_taken_only_in_its_compiled_class(bind):
+    x = torch.randn(64)
+    b, fell, streams = _bound(bind, codes=b"pi", classes=bytes([0, _class(16)]))
+    _site(b, x, 16)  # the first call records the keywords and is handed on
+    for n in (16, 32, -16, 1024, 2**31 - 16):  # divisible by 16, 32 bits: taken
+        _site(b, x, n)
+    assert len(fell) == 1 and len(streams) == 5
+    others = (17, 1, 2, 2**31, 2**31 + 16, True, 16.0, x, None)
+    for n in others:
+        _site(b, x, n)  # another class, type or kind: handed on, the argument as given
+    assert len(streams) == 5
+    assert len(fell) == 1 + len(others) and all(f[0][1] is n for f, n in zip(fell[1:], others))
+
+
+def test_the_native_class_of_every_value_is_the_python_one(bind):
+    """For each value a launch was compiled with, exactly the values of the same `_int_class`
+    are taken (the C check and the Python one agree, past 32 and 63 bits included)."""
+    x = torch.randn(64)
+    for v in _VALUES:
+        code = b"c" if v == 1 else b"l"
+        b, fell, streams = _bound(bind, codes=b"p" + code, classes=bytes([0, _class(v)]))
+        _site(b, x, v)
+        for w in _VALUES:
+            before = len(streams)
+            _site(b, x, w)
+            assert (len(streams) > before) == (_class(w) == _class(v)), (v, w)
+
+
+def test_a_size_compiled_as_the_constant_one_takes_only_one(bind):
+    x = torch.randn(64)
+    b, fell, streams = _bound(bind, codes=b"pcp", classes=bytes([0, _class(1), 0]))
+    _site(b, x, 1, x)
+    _site(b, x, 1, x)
+    _site(b, x, 2, x)
+    _site(b, x, 17, x)
+    assert len(streams) == 1 and [f[0][1] for f in fell] == [1, 2, 17]
+
+
+def test_tensors_and_sizes_in_any_order_keep_the_alignment_check(bind):
+    base = torch.randn(65)
+    b, fell, streams = _bound(bind, codes=b"ipi", classes=bytes([_class(5), 0, _class(32)]))
+    _site(b, 5, base[:64], 32)
+    _site(b, 7, base[:64], 48)
+    _site(b, 7, base[1:], 48)  # misaligned
+    _site(b, base[:64], 7, 48)  # tensor and size swapped
+    assert len(streams) == 1 and len(fell) == 3
+
+
+def test_bind_refuses_codes_it_cannot_pack(bind):
+    def bound(codes, classes):
+        return bind(print, 0, 0, 1, 1, 4, 0, codes, classes, 0, torch.Tensor.data_ptr, print,
+                    _Hooks())  # fmt: skip
+
+    with pytest.raises(ValueError, match="code f, not a pointer or an integer"):
+        bound(b"pf", bytes(2))
+    with pytest.raises(ValueError, match="2 classes for 1 codes"):
+        bound(b"p", bytes(2))
+    with pytest.raises(ValueError, match="constant 1"):
+        bound(b"pc", bytes([0, _class(16)]))  # a constexpr size is the constant 1
+    bound(b"pi", bytes([0, _class(1)]))  # an int parameter (annotated) may be 1

@@ -171,3 +171,126 @@ def test_wrapper_style_launches_go_through_the_bound_launch():
     del kernel
     gc.collect()
     assert not [o for o in gc.get_objects() if isinstance(o, _Launch) and o.jit is jit]
+
+
+# -- kernels with integer (size) arguments through the native bound launch --------------------
+
+
+def _shifted():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def shifted(x_ptr, out_ptr, meta_ptr, n, shift, big, XBLOCK: tl.constexpr):
+        offs = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0 + shift, mask=mask)
+        if tl.program_id(0) == 0:  # the integers as the kernel received them, exactly
+            tl.store(meta_ptr + 0, n)
+            tl.store(meta_ptr + 1, shift)
+            tl.store(meta_ptr + 2, big)
+
+    return shifted
+
+
+def _count_python_launches(monkeypatch) -> list:
+    """Every call of the Python `_Launch` (the first launch of a grid, and what a bound launch
+    hands on), recorded with its size argument; a launch the bound one makes itself adds
+    nothing."""
+    from kiln.runtime import triton_launch
+
+    calls: list = []
+    real = triton_launch._Launch.__call__
+
+    def counted(self, *args, **kwargs):
+        calls.append(args[3] if len(args) > 3 else args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(triton_launch._Launch, "__call__", counted)
+    return calls
+
+
+def _run_shifted(kernel, grid, n: int, shift: int, big: int) -> None:
+    x = torch.randn(1024, device="cuda")
+    out = torch.full((1024,), float("nan"), device="cuda")
+    meta = torch.zeros(3, dtype=torch.int64, device="cuda")
+    kernel[grid](x, out, meta, n, shift, big, XBLOCK=256, num_warps=4)
+    torch.testing.assert_close(out[:n], x[:n] * 2.0 + shift)
+    assert out[n:].isnan().all(), "the kernel wrote past its size"
+    assert meta.tolist() == [n, shift, big]
+
+
+SIZES = (1, 2, 15, 16, 17, 33, 1000)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_size_arguments_launch_through_the_bound_launch(n, monkeypatch):
+    """A kernel with size arguments, at its size (1: Triton's constexpr; 16: divisible; the
+    others not) and a grid covering it: after its first launch the grid's entry is the native
+    `BoundLaunch`, which packs `n`, a 32-bit `shift` and a 64-bit `big` exactly and launches
+    with no Python frame (only the first launch and the call that records the call site's
+    keywords reach the Python `_Launch`); every result is right."""
+    from kiln.runtime import triton_native_launcher as tnl
+    from kiln.runtime.triton_launch import FastKernel
+
+    if not tnl.available():
+        pytest.skip("kiln's native launch is not available here")
+    calls = _count_python_launches(monkeypatch)
+    kernel = FastKernel(_shifted())
+    grid = ((n + 255) // 256,)
+    for i in range(6):  # shifts of one class (odd, 32 bits), bigs of one (64 bits, 16 | big)
+        _run_shifted(kernel, grid, n, 3 + 2 * i, 2**33 + 16 * i)
+        if i == 0:
+            assert type(kernel[grid]).__name__ == "BoundLaunch"
+    assert calls == [n, n], "launches after the second went through Python"
+
+
+def test_sizes_of_other_classes_at_one_grid_each_get_a_bound_variant(monkeypatch):
+    """One grid, sizes of every class in turn (not divisible by 16, divisible, 1, past 32
+    bits): each class's first launch goes to Triton's path, which compiles its variant, and
+    that variant is bound too; all results are right, and once every class has been seen
+    (and its bound launch has recorded the call site) no launch goes through Python."""
+    from kiln.runtime import triton_native_launcher as tnl
+    from kiln.runtime.triton_launch import _VARIANTS, FastKernel, _int_class
+
+    if not tnl.available():
+        pytest.skip("kiln's native launch is not available here")
+    calls = _count_python_launches(monkeypatch)
+    kernel = FastKernel(_shifted())
+    sizes = (1000, 17, 16, 1, 2, 15, 33, 1000, 16, 1, 999, 17, 2**31 + 8, 2**31 + 8)
+    assert len({_int_class(n) for n in sizes}) == _VARIANTS == 4
+    for n in sizes:
+        _run_shifted(kernel, (4,), n, 5, 2**33)
+    assert type(kernel[(4,)]).__name__ == "BoundLaunch"
+    assert len(kernel._launches[(4,)].bound) == 4
+    assert set(calls) == set(sizes)  # every class's first launches went through Python
+    calls.clear()
+    for i, n in enumerate(sizes):
+        _run_shifted(kernel, (4,), n, 7 + 2 * i, 2**33 + 16 * i)
+    assert calls == [], "a class seen before went through Python"
+
+
+def test_compiled_dynamic_sizes_launch_with_no_python_frame(monkeypatch):
+    """`kiln.compile(dynamic=True)` on CUDA: the wrapper passes sizes to its kernels; once a
+    length has been seen, a call at it makes no Python launch at all, and matches eager."""
+    import kiln
+    from kiln.runtime import triton_native_launcher as tnl
+
+    if not tnl.available():
+        pytest.skip("kiln's native launch is not available here")
+
+    def f(x, w):
+        return torch.nn.functional.gelu(x * w + 1.0).sum(-1), (x - x.mean(-1, keepdim=True))
+
+    compiled = kiln.compile(f, dynamic=True)
+    w = torch.randn(64, device="cuda")
+    calls = _count_python_launches(monkeypatch)
+    for n in SIZES:
+        for k in range(3):
+            x = torch.randn(n, 64, device="cuda")
+            before = len(calls)
+            got, want = compiled(x, w), f(x, w)
+            for g, e in zip(got, want):
+                torch.testing.assert_close(g, e)
+            if k == 2:
+                assert len(calls) == before, f"length {n}: launches through Python"

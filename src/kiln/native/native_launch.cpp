@@ -249,17 +249,20 @@ PyObject* launch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 // -- bound launches -------------------------------------------------------------------------
 //
-// A kernel launched again and again from one line of a wrapper program, with tensors only, at
-// one grid: `kernel3[(6272,)](buf0, arg1, buf2, XBLOCK=1024, num_warps=2)`. Everything but the
-// tensors' addresses and the current stream is known after its first launch, so `bind_launch`
-// keeps it in a `BoundLaunch`, which the wrapper calls directly (triton_launch.FastKernel). A
-// call reads each tensor's address (`Tensor.data_ptr`), asks torch for the current stream and
-// launches; it costs a fraction of the Python path (ResNet-50 at batch 32: 50 launches a call,
-// 7.6 us each through `_Launch.__call__` on the H200 host). Anything it is not sure of goes to
-// `fallback`, the Python `_Launch` with the same arguments: an address that is not 16-byte
-// aligned (the kernel was specialized on alignment), a launch hook set (profilers), other
-// keyword arguments than the call site's first ones, other than `nparams` positional ones, or
-// an argument without `data_ptr`.
+// A kernel launched again and again from one line of a wrapper program, at one grid:
+// `kernel3[(6272,)](buf0, arg1, buf2, XBLOCK=1024, num_warps=2)`, or with the size arguments of
+// a kernel compiled for symbolic sizes, `kernel0[(g,)](arg0, buf1, s0, XBLOCK=1024, ...)`.
+// Everything but the tensors' addresses, the sizes and the current stream is known after its
+// first launch, so `bind_launch` keeps it in a `BoundLaunch`, which the wrapper calls directly
+// (triton_launch.FastKernel). A call reads each tensor's address (`Tensor.data_ptr`), packs each
+// size by the kernel's code for it, asks torch for the current stream and launches; it costs a
+// fraction of the Python path (ResNet-50 at batch 32: 50 launches a call, 7.6 us each through
+// `_Launch.__call__` on the H200 host). Anything it is not sure of goes to `fallback`, the Python
+// `_Launch` with the same arguments: an address that is not 16-byte aligned or a size of another
+// specialization class than the first launch's (the kernel was specialized on both: see
+// `int_class`), a launch hook set (profilers), other keyword arguments than the call site's
+// first ones, other than `nparams` positional ones, or an argument of another kind than the
+// first launch's (a tensor where a size was, a bool or float for an int).
 
 struct BoundLaunch {
   PyObject_HEAD
@@ -271,10 +274,13 @@ struct BoundLaunch {
   PyObject* knobs;      // triton.knobs.runtime, whose launch hooks are read on every call
   PyObject* kwnames;    // the call site's keyword names and values, from the first call
   PyObject* kwvalues;
+  PyObject* codes;      // bytes: per positional argument its code ('p' or an integer code)
+  PyObject* classes;    // bytes: per integer argument the `int_class` it was compiled for
   uint64_t function;
   unsigned grid[3];
   int num_warps, shared;
   Py_ssize_t nparams;
+  bool pointers_only;   // every argument a tensor: the loop without codes
 };
 
 PyObject* str_calls = nullptr;
@@ -329,31 +335,86 @@ bool same_keywords(BoundLaunch* self, PyObject* const* values, PyObject* kwnames
   return true;
 }
 
+// What Triton 3.6 specializes an integer argument on (jit.py's `specialize_impl`, checked
+// against triton_launch._int_class): bit 0 equal to 1 (then a constexpr of the kernel, not a
+// parameter), bit 1 divisible by 16, bits 2-3 the type it is passed as (0 i32, 1 i64, 2 u64).
+// -1: not an int Triton passes as an integer (a bool, a float, an int subclass, past 64 bits).
+// `*bits` gets the value's 64 bits, whose low bytes are its slot (see `pack`).
+int int_class(PyObject* obj, uint64_t* bits) {
+  if (!PyLong_CheckExact(obj)) return -1;
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return -1;
+  }
+  if (overflow == 0) {
+    std::memcpy(bits, &v, 8);
+    int width = v >= INT32_MIN && v <= INT32_MAX ? 0 : 1;
+    return (v == 1) | ((v % 16 == 0) << 1) | (width << 2);
+  }
+  if (overflow < 0) return -1;
+  unsigned long long u = PyLong_AsUnsignedLongLong(obj);
+  if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return -1;
+  }
+  *bits = u;
+  return ((u % 16 == 0) << 1) | (2 << 2);
+}
+
+// One tensor argument's address into `slot`; false (no error set) when it has none.
+inline bool address(BoundLaunch* self, PyObject* const* arg, uint64_t* slot) {
+  PyObject* ptr = PyObject_Vectorcall(self->data_ptr, arg, 1, nullptr);
+  if (ptr == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  *slot = PyLong_AsUnsignedLongLong(ptr);
+  Py_DECREF(ptr);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  return true;
+}
+
 // 1: launched; 0: not this path (the fallback takes it, no error set); -1: a CUDA error.
 int bound_launch(BoundLaunch* self, PyObject* const* args) {
   uint64_t slots[kMaxParams + 2];
   void* params[kMaxParams + 2];
   uint64_t any = 0;
-  Py_ssize_t n = self->nparams;
-  for (Py_ssize_t k = 0; k < n; k++) {
-    PyObject* ptr = PyObject_Vectorcall(self->data_ptr, &args[k], 1, nullptr);
-    if (ptr == nullptr) {
-      PyErr_Clear();
-      return 0;
+  Py_ssize_t n = self->nparams, count = 0;
+  if (self->pointers_only) {  // the common case, kept free of per-argument codes
+    for (Py_ssize_t k = 0; k < n; k++) {
+      if (!address(self, &args[k], &slots[k])) return 0;
+      any |= slots[k];
+      params[k] = &slots[k];
     }
-    slots[k] = PyLong_AsUnsignedLongLong(ptr);
-    Py_DECREF(ptr);
-    if (PyErr_Occurred()) {
-      PyErr_Clear();
-      return 0;
+    count = n;
+  } else {
+    const char* codes = PyBytes_AS_STRING(self->codes);
+    const char* classes = PyBytes_AS_STRING(self->classes);
+    for (Py_ssize_t k = 0; k < n; k++) {
+      uint64_t* slot = &slots[count];
+      if (codes[k] == 'p') {
+        if (!address(self, &args[k], slot)) return 0;
+        any |= *slot;
+      } else {
+        uint64_t bits = 0;
+        if (int_class(args[k], &bits) != classes[k]) return 0;  // another compiled variant
+        if (codes[k] == 'c') continue;  // the constant 1 of the kernel: no parameter
+        *slot = 0;
+        std::memcpy(slot, &bits, int_width(codes[k]));
+      }
+      params[count] = slot;
+      count++;
     }
-    any |= slots[k];
-    params[k] = &slots[k];
   }
   if (any & 15) return 0;  // compiled for 16-byte aligned pointers
   for (int k = 0; k < 2; k++) {  // no global or profile scratch
-    slots[n + k] = 0;
-    params[n + k] = &slots[n + k];
+    slots[count + k] = 0;
+    params[count + k] = &slots[count + k];
   }
   PyObject* s = PyObject_Vectorcall(self->stream_of, &self->device, 1, nullptr);
   if (s == nullptr) return -1;
@@ -387,6 +448,8 @@ void bound_dealloc(PyObject* obj) {
   Py_XDECREF(self->knobs);
   Py_XDECREF(self->kwnames);
   Py_XDECREF(self->kwvalues);
+  Py_XDECREF(self->codes);
+  Py_XDECREF(self->classes);
   Py_TYPE(obj)->tp_free(obj);
 }
 
@@ -408,34 +471,64 @@ bool ready_type() {
   return PyType_Ready(&BoundLaunchType) == 0;
 }
 
-// bind_launch(fallback, function, gridX, gridY, gridZ, num_warps, shared, nparams, device,
-//             data_ptr, stream_of, knobs)
+// bind_launch(fallback, function, gridX, gridY, gridZ, num_warps, shared, codes, classes,
+//             device, data_ptr, stream_of, knobs): `codes` (bytes) has one code per positional
+// argument, 'p' for a tensor or an integer code of native_launch's ('c' for a size the kernel
+// took as the constant 1); `classes` (bytes, as long) the `int_class` each integer argument
+// was compiled for (ignored under 'p').
 PyObject* bind_launch(PyObject*, PyObject* args) {
-  PyObject *fallback, *device, *data_ptr, *stream_of, *knobs;
+  PyObject *fallback, *codes, *classes, *device, *data_ptr, *stream_of, *knobs;
   unsigned long long function;
   unsigned g0, g1, g2;
   int num_warps, shared;
-  Py_ssize_t nparams;
-  if (!PyArg_ParseTuple(args, "OKIIIiinOOOO", &fallback, &function, &g0, &g1, &g2, &num_warps,
-                        &shared, &nparams, &device, &data_ptr, &stream_of, &knobs)) {
+  if (!PyArg_ParseTuple(args, "OKIIIiiSSOOOO", &fallback, &function, &g0, &g1, &g2, &num_warps,
+                        &shared, &codes, &classes, &device, &data_ptr, &stream_of, &knobs)) {
     return nullptr;
   }
-  if (nparams < 0 || nparams > kMaxParams) {
+  Py_ssize_t nparams = PyBytes_GET_SIZE(codes);
+  if (nparams > kMaxParams) {
     PyErr_Format(PyExc_ValueError, "bind_launch: %zd parameters (at most %zd)", nparams,
                  kMaxParams);
     return nullptr;
+  }
+  if (PyBytes_GET_SIZE(classes) != nparams) {
+    PyErr_Format(PyExc_ValueError, "bind_launch: %zd classes for %zd codes",
+                 PyBytes_GET_SIZE(classes), nparams);
+    return nullptr;
+  }
+  const char* code = PyBytes_AS_STRING(codes);
+  const char* cls = PyBytes_AS_STRING(classes);
+  bool pointers_only = true;
+  for (Py_ssize_t k = 0; k < nparams; k++) {
+    if (code[k] == 'p') continue;
+    pointers_only = false;
+    if (std::strchr("cbBhHiIlL", code[k]) == nullptr || code[k] == '\0') {
+      PyErr_Format(PyExc_ValueError,
+                   "bind_launch: argument %zd has code %c, not a pointer or an integer", k,
+                   code[k]);
+      return nullptr;
+    }
+    if (cls[k] < 0 || cls[k] > 11 || (code[k] == 'c' && !(cls[k] & 1))) {
+      PyErr_Format(PyExc_ValueError,
+                   "bind_launch: argument %zd: class %d does not fit code %c (a constexpr "
+                   "size is exactly the constant 1)",
+                   k, (int)cls[k], code[k]);
+      return nullptr;
+    }
   }
   if (!ready_type()) return nullptr;
   BoundLaunch* self = PyObject_New(BoundLaunch, &BoundLaunchType);
   if (self == nullptr) return nullptr;
   self->vectorcall = bound_call;
-  PyObject* held[] = {fallback, data_ptr, stream_of, device, knobs};
+  PyObject* held[] = {fallback, data_ptr, stream_of, device, knobs, codes, classes};
   for (PyObject* o : held) Py_INCREF(o);
   self->fallback = fallback;
   self->data_ptr = data_ptr;
   self->stream_of = stream_of;
   self->device = device;
   self->knobs = knobs;
+  self->codes = codes;
+  self->classes = classes;
   self->kwnames = self->kwvalues = nullptr;
   self->function = function;
   self->grid[0] = g0;
@@ -444,6 +537,7 @@ PyObject* bind_launch(PyObject*, PyObject* args) {
   self->num_warps = num_warps;
   self->shared = shared;
   self->nparams = nparams;
+  self->pointers_only = pointers_only;
   return (PyObject*)self;
 }
 
@@ -454,6 +548,6 @@ PyMethodDef kiln_launch_methods[] = {
      "launch(codes, gridX, gridY, gridZ, stream, function, cooperative, pdl, global_scratch, "
      "profile_scratch, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)"},
     {"bind_launch", bind_launch, METH_VARARGS,
-     "bind_launch(fallback, function, gridX, gridY, gridZ, num_warps, shared, nparams, device, "
-     "data_ptr, stream_of, knobs) -> BoundLaunch"},
+     "bind_launch(fallback, function, gridX, gridY, gridZ, num_warps, shared, codes, classes, "
+     "device, data_ptr, stream_of, knobs) -> BoundLaunch"},
     {nullptr, nullptr, 0, nullptr}};

@@ -16,12 +16,20 @@ A kernel that needs scratch memory, or a Triton without these entry points, laun
 itself is kiln's generic native one where it can be (triton_native_launcher.py): Triton gives
 a kernel its launcher at the first launch, which happens here.
 
-Where kiln's native launcher took the kernel and its arguments are tensors only, the first
+Where the kernel's parameters are tensors and integer (size) arguments and its launch is a
+plain one (Triton 3.6's layout, one CTA, no scratch: what kiln's native launch takes), the first
 launch also binds it (`bind_launch`, native_launch.cpp): `FastKernel` is a dict from grid to
 launch, and the grid's entry becomes the native `BoundLaunch`, so the wrapper's
-`kernel0[grid](...)` is a dict lookup and one C call that reads the addresses and the stream
-and launches, with no Python frame (ResNet-50: 50 launches a call at 7.6 us each through
-`_Launch.__call__` before). It hands every case it does not take to the `_Launch` below.
+`kernel0[grid](...)` is a dict lookup and one C call that reads the addresses, packs the sizes
+by the kernel's argument codes (`bound_codes`), checks their classes, reads the stream and
+launches, with no Python frame (ResNet-50: 50 launches a call at 7.6 us each through
+`_Launch.__call__` before; GPT-2 served at any length: 52 launches a call through
+`_raw_args`, ~10 us each). It hands every case it does not take to the `_Launch` below. A
+kernel first launched while the native module was still being built (a fresh machine's first
+minute) is bound on a later launch, once the module has loaded. A grid whose sizes change
+specialization class (below) binds each class's variant in front of the ones before, up to
+`_VARIANTS`: a reduction over a growing length launches natively whether it is divisible by
+16 or not.
 
 A compiled kernel is specialized on which pointer arguments are 16-byte aligned, and on which
 integer arguments (the size arguments of a kernel compiled for symbolic sizes) are 1 or
@@ -36,22 +44,68 @@ Triton's path, so the hooks see every launch.
 
 from __future__ import annotations
 
+import weakref
 from functools import reduce
 from operator import or_
 
 import torch
 
 from .. import native
-from .triton_native_launcher import NativeLauncher, native_launchers
+from .triton_native_launcher import (
+    MAX_PARAMS,
+    NativeLauncher,
+    native_launchers,
+    triton_version_known,
+)
+from .triton_native_launcher import codes as signature_codes
+from .triton_worker_main import plain_launch
 
 _data_ptr = torch.Tensor.data_ptr
 _stream_of = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent in CPU builds
 
 
-def _int_class(a: int) -> tuple:
-    """What Triton specializes an integer argument (a size argument) on: equal to 1 (then a
-    constant of the kernel), divisible by 16, past 32 bits."""
-    return (a == 1, a % 16 == 0, not -(2**31) <= a < 2**31)
+def _int_class(a: int) -> int:
+    """What Triton 3.6 specializes an integer argument (a size argument) on (`specialize_impl`
+    of runtime/jit.py): bit 0 equal to 1 (then a constexpr of the kernel, not a parameter),
+    bit 1 divisible by 16, bits 2-3 the type it is passed as (0 i32, 1 i64, 2 u64, 3 none:
+    past 64 bits). native_launch.cpp's `int_class` computes the same for bound launches."""
+    if -(2**31) <= a < 2**31:
+        width = 0
+    elif -(2**63) <= a < 2**63:
+        width = 1
+    else:
+        width = 2 if 0 <= a < 2**64 else 3
+    return (a == 1) | (a % 16 == 0) << 1 | width << 2
+
+
+_INT_CODES = frozenset(b"cbBhHiIlL")  # native_launch.cpp's integer codes ('c': the constant 1)
+
+
+def bound_codes(signature: bytes | None, args) -> tuple[bytes, bytes] | None:
+    """What a native bound launch of a kernel first launched with positional `args` takes:
+    per argument its code (from the kernel's `signature` codes, triton_native_launcher) and
+    the class it was compiled for (`_int_class` of an integer; 0 for a tensor). None when a
+    bound launch cannot take the kernel: an argument neither a tensor nor an int, a code that
+    does not fit its argument (a positional constexpr other than a size equal to 1), or a
+    parameter after them that is not a constexpr (passed by keyword, which the bound launch
+    does not pack)."""
+    n = len(args)
+    if signature is None or len(signature) < n or signature[n:].strip(b"c"):
+        return None
+    classes = bytearray()
+    for a, code in zip(args, signature):
+        if isinstance(a, torch.Tensor):
+            if code != ord("p"):
+                return None
+            classes.append(0)
+        elif type(a) is int:
+            cls = _int_class(a)
+            if code not in _INT_CODES or cls > 11 or (code == ord("c") and a != 1):
+                return None
+            classes.append(cls)
+        else:
+            return None
+    return signature[:n], bytes(classes)
 
 
 def _aligned(args) -> tuple:
@@ -71,17 +125,24 @@ def _aligned(args) -> tuple:
 class _Launch:
     __slots__ = (
         "jit", "grid", "compiled", "aligned", "consts", "device", "raw", "head", "owner", "key",
-        "ints", "int_classes", "tensors",
+        "ints", "int_classes", "tensors", "pending", "bound",
     )  # fmt: skip
 
     def __init__(self, jit, grid: tuple, owner: dict | None = None) -> None:
         self.jit, self.grid = jit, tuple(grid) + (1,) * (3 - len(grid))
         self.compiled = self.raw = None
         self.ints: tuple = ()  # positions of integer (size) arguments, for a raw launch
-        self.owner, self.key = owner, grid  # the FastKernel holding this launch, under `key`
+        # the FastKernel holding this launch under `key`, weakly: the bound launches put in
+        # its place hold this one and are not seen by the garbage collector (no cycles)
+        self.owner = weakref.ref(owner) if owner is not None else None
+        self.key = grid
+        self.pending: tuple | None = None  # (kernel, bound_codes), to bind once native loads
+        self.bound: set = set()  # the specializations (`_aligned`) bound for this grid
 
     def __call__(self, *args, **kwargs):
         raw = self.raw
+        if self.pending is not None:
+            self._bind_when_loaded()
         if raw is not None and _no_hooks():
             if self.ints:
                 vals = self._raw_args(args)
@@ -105,8 +166,12 @@ class _Launch:
             return
         with native_launchers():  # a kernel first launched here gets kiln's launcher
             kernel = self.jit[self.grid](*args, **kwargs)
-        if ck is None and kernel is not None and hasattr(kernel, "packed_metadata"):
+        if kernel is None or not hasattr(kernel, "packed_metadata"):
+            return
+        if ck is None:
             self._keep(kernel, args, kwargs)
+        elif self.bound and _no_hooks():  # a size of another class: Triton gave its variant
+            self._bind_variant(kernel, args)
 
     def _raw_args(self, args) -> list | None:
         """The launcher's arguments (pointers as addresses, sizes as they are) when this launch
@@ -147,31 +212,76 @@ class _Launch:
                 self.raw = raw
                 self.ints, self.tensors = ints, tensors
                 self.int_classes = tuple(self.aligned[i] for i in ints)
-                if not ints:
-                    self._bind(kernel, launcher, len(args))
+                codes = bound_codes(_signature_codes(kernel, launcher), args)
+                if self.owner is not None and codes is not None:
+                    self.pending = (kernel, codes)
+                    self._bind_when_loaded()
 
-    def _bind(self, kernel, launcher, nparams: int) -> None:
-        """Put a native `BoundLaunch` in the owner's place of this launch, where kiln's native
-        launcher took the kernel and its parameters are `nparams` pointers followed by
-        constexprs (what the bound launch packs)."""
-        # (kiln's native launcher takes only single-CTA kernels: triton_native_launcher)
-        if self.owner is None or not isinstance(launcher, NativeLauncher):
+    def _bind_when_loaded(self) -> None:
+        """Bind `self.pending` now if the native module is loaded; while it is being built, a
+        later launch tries again; where it will not load, never."""
+        module = native.start()
+        if module is None:
+            if native.status()[0] not in ("idle", "building"):
+                self.pending = None
             return
-        if launcher.codes.rstrip(b"c") != b"p" * nparams:
+        kernel, (codes, classes) = self.pending
+        self.pending = None
+        self._bind(module, kernel, codes, classes, self.aligned)
+
+    def _bind_variant(self, kernel, args) -> None:
+        """Another specialization of this grid's kernel (a size divisible by 16 where the first
+        was not, a size of 1, ...), which Triton's path just compiled or found: bound too, so
+        that a grid whose sizes change class (a reduction over a growing length) launches
+        natively in each class, up to `_VARIANTS` of them."""
+        key = _aligned(args)
+        if key in self.bound or len(self.bound) >= _VARIANTS:
             return
-        num_warps, _, shared = kernel.packed_metadata
-        bind = getattr(native.start(), "bind_launch", None)
-        if bind is None:  # the native module is not loaded
+        if not all(a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor)):
+            return  # a misaligned view: a bound launch takes only aligned addresses
+        codes = bound_codes(_signature_codes(kernel, kernel.run), args)
+        module = native.start()
+        if codes is not None and module is not None:
+            self._bind(module, kernel, codes[0], codes[1], key)
+
+    def _bind(self, module, kernel, codes: bytes, classes: bytes, key: tuple) -> None:
+        """Put a native `BoundLaunch` of `kernel` (its arguments' codes and classes as
+        `bound_codes` gives them) in the owner's place of this launch; what it does not take
+        goes to what held that place before (this launch, or the bound launch of another
+        variant)."""
+        owner = self.owner() if self.owner is not None else None
+        bind = getattr(module, "bind_launch", None)
+        if owner is None or bind is None:
             return
         from triton import knobs
 
         g = self.grid
-        bound = bind(self, kernel.function, g[0], g[1], g[2], num_warps, shared, nparams,
-                     self.device, _data_ptr, _stream_of, knobs.runtime)  # fmt: skip
-        self.owner[self.key] = bound
-        # the bound launch holds this one and is not seen by the garbage collector, so this
-        # one keeps no reference back to it (through the owner or otherwise): no cycle
-        self.owner = None
+        num_warps, _, shared = kernel.packed_metadata
+        before = dict.get(owner, self.key, self)
+        bound = bind(before, kernel.function, g[0], g[1], g[2], num_warps, shared, codes,
+                     classes, self.device, _data_ptr, _stream_of, knobs.runtime)  # fmt: skip
+        owner[self.key] = bound
+        self.bound.add(key)
+
+
+_VARIANTS = 4  # bound specializations per grid: the classes a size argument takes in practice
+
+
+def _signature_codes(kernel, launcher) -> bytes | None:
+    """The argument codes of a kernel whose parameters native_launch.cpp lays out as Triton
+    does: one kiln's native launcher took (it carries them), or, where Triton's launcher took
+    it because the native module was not loaded yet, a plain launch of a Triton version kiln
+    knows (`triton_native_launcher`'s checks). None: a launch the bound one cannot make."""
+    if isinstance(launcher, NativeLauncher):
+        return launcher.codes
+    src, metadata = getattr(kernel, "src", None), getattr(kernel, "metadata", None)
+    signature = getattr(src, "signature", None)
+    if signature is None or metadata is None or not plain_launch(metadata):
+        return None
+    if not triton_version_known():
+        return None
+    sig = signature_codes(signature)
+    return sig if sig is not None and len(sig) <= MAX_PARAMS else None
 
 
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -196,7 +306,8 @@ class FastKernel(dict):
     """A `@triton.jit` function with cached launches, one per grid (see module doc): a dict from
     grid to launch, so that the wrapper's `kernel0[(25088,)]` is a dict lookup. A grid's entry
     is its `_Launch` until the first launch, then, where it can be, the native `BoundLaunch`
-    made from it (which falls back to the `_Launch` for what it does not take)."""
+    made from it (which falls back to the `_Launch` for what it does not take), or the last of
+    a chain of them, one per specialization."""
 
     def __init__(self, jit) -> None:
         super().__init__()

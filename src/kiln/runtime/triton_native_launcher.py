@@ -81,18 +81,24 @@ class NativeLauncher:
         self.launch(gridX, gridY, gridZ, stream, function, False, False, None, None, *args)
 
 
-def _native_launch():
-    """The native module's `launch`, when it is loaded, the GPU is NVIDIA's (it calls the CUDA
-    driver) and Triton's version is a known one."""
+@functools.lru_cache(maxsize=None)
+def triton_version_known() -> bool:
+    """The GPU is NVIDIA's (native_launch.cpp calls the CUDA driver) and Triton is a version
+    whose kernel parameters native_launch.cpp lays out (`_TRITON_VERSIONS`)."""
     import torch
 
     if torch.version.hip is not None:
-        return None
+        return False
     try:
         import triton
     except ImportError:
-        return None
-    if not triton.__version__.startswith(_TRITON_VERSIONS):
+        return False
+    return triton.__version__.startswith(_TRITON_VERSIONS)
+
+
+def _native_launch():
+    """The native module's `launch`, when it is loaded and `triton_version_known()`."""
+    if not triton_version_known():
         return None
     from .. import native
 
