@@ -92,6 +92,51 @@ def test_a_table_made_before_loading_moves_onto_the_module():
     assert table.check() is False
 
 
+def _wrapper_built_while_building(monkeypatch):
+    """A compiled C++ wrapper loaded (codegen/cpp/load.py) while the module is still being
+    built: it takes `torch.as_strided`."""
+    from kiln.codegen.cpp import load as cpp_load
+
+    monkeypatch.setitem(native._state, "module", None)
+    monkeypatch.setitem(native._state, "status", "building")
+    monkeypatch.setattr(native, "_later", [])
+    source = "def call(args):\n    x, = args\n    return (_as_strided(x, (2, 3), (1, 2), 1),)\n"
+    data = {"source": "", "kernels": {}, "wrapper": source, "externs": {}, "constants": {}}
+    call = cpp_load.load(data)
+    assert call.__globals__["_as_strided"] is torch.as_strided
+    return call
+
+
+def test_a_wrapper_built_before_loading_takes_the_native_as_strided_once_loaded(monkeypatch):
+    module = native._state["module"]
+    call = _wrapper_built_while_building(monkeypatch)
+    x = torch.randn(8)
+    (before,) = call([x])
+    with native._lock:
+        native._loaded(module)  # what the building thread does once the module is built
+    assert call.__globals__["_as_strided"] is module.as_strided and native._later == []
+    (after,) = call([x])
+    want = torch.as_strided(x, (2, 3), (1, 2), 1)
+    for got in (before, after):
+        assert got.stride() == want.stride() and got.storage_offset() == 1
+        assert got._base is x and torch.equal(got, want)
+
+
+def test_a_wrapper_gone_or_a_module_that_never_loads_upgrades_nothing(monkeypatch):
+    import gc
+
+    module = native._state["module"]
+    call = _wrapper_built_while_building(monkeypatch)
+    del call
+    gc.collect()
+    with native._lock:
+        native._loaded(module)  # the wrapper is gone: held weakly, nothing to upgrade
+    call = _wrapper_built_while_building(monkeypatch)
+    monkeypatch.setitem(native._state, "error", "")
+    native._finish("failed", "no compiler here")  # what a failed build ends with
+    assert native._later == [] and call.__globals__["_as_strided"] is torch.as_strided
+
+
 def test_a_table_whose_rows_do_not_fit_stays_in_python():
     table = native.Table("tensors", (("not a tensor",),), (), lambda: True)
     table._upgrade(native._state["module"])

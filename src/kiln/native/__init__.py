@@ -130,9 +130,34 @@ data_ptrs: Callable[[Any], tuple] = _python_data_ptrs  # the native one once loa
 def as_strided() -> Callable:
     """`torch.as_strided`, or the native one (the same call without Python's argument parsing,
     ~2 us less a view on the H200 host) once the module is loaded: compiled wrappers take it
-    when they are built."""
+    when they are built, and `upgrade_as_strided` swaps it in later for those built before."""
     module = start()
     return module.as_strided if module is not None else torch.as_strided
+
+
+def upgrade_as_strided(call: Callable) -> None:
+    """A compiled wrapper `call` whose global `_as_strided` is `torch.as_strided` (it was built
+    while the module was still being built: a fresh machine's first compiles, which took a
+    served GPT-2's dynamic entry there) calls the native one once the module loads. Held
+    weakly; nothing happens if it is already native or the module never loads."""
+    if call.__globals__.get("_as_strided") is not torch.as_strided:
+        return
+    ref = weakref.ref(call)
+
+    def upgrade(module: Any) -> None:
+        fn = ref()
+        if fn is not None and fn.__globals__.get("_as_strided") is torch.as_strided:
+            fn.__globals__["_as_strided"] = module.as_strided
+
+    with _lock:
+        if _state["module"] is None and _state["status"] in ("idle", "building"):
+            _later.append(upgrade)
+            return
+    if _state["module"] is not None:
+        upgrade(_state["module"])
+
+
+_later: list[Callable[[Any], None]] = []  # run with the module once it loads (`_loaded`)
 
 
 def status() -> tuple[str, str]:
@@ -241,11 +266,16 @@ def _loaded(module: Any) -> None:
     for t in list(_waiting):
         t._upgrade(module)
     _waiting.clear()
+    for upgrade in _later:
+        upgrade(module)
+    _later.clear()
     _finish("ready", "")
 
 
 def _finish(status: str, error: str) -> None:
     _state["status"], _state["error"] = status, error
+    if status != "ready":  # it will not load: nothing waits for it
+        _later.clear()
     _done.set()
 
 

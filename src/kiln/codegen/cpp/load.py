@@ -58,4 +58,5 @@ def load(data: Mapping[str, Any]) -> Callable:
     ns.update(fast_externs(resolve_ops(data["externs"])))
     ns.update(data["constants"])
     exec(compile(data["wrapper"], "<kiln wrapper>", "exec"), ns)
+    native.upgrade_as_strided(ns["call"])  # built before the native module loaded
     return ns["call"]

@@ -36,6 +36,7 @@ def load(data: Mapping[str, Any]) -> Callable | FirstCall:
     namespace = _namespace(loaded, kernels, data, device)
     exec(compile(data["wrapper"], "<kiln triton wrapper>", "exec"), namespace)
     call = namespace["call"]
+    native.upgrade_as_strided(call)  # built before the native module loaded
     if loaded is not None and compiling(loaded):
         # the workers compile while the next graph (a training step's forward, compiled
         # after its backward) is lowered; the first call waits for them
