@@ -50,7 +50,6 @@ import functools
 import hashlib
 import importlib.metadata
 import io
-import marshal
 import pickle
 import sys
 import types
@@ -59,7 +58,7 @@ from typing import Any, Callable
 
 import torch
 
-from .. import logs, options, trace
+from .. import logs, options, pycode, trace
 from ..autograd.analyze import GraphMeta
 from ..autograd.compile import GuardedEntry
 from ..autograd.runtime import InferenceEntry, SymbolicOutputs, TrainingEntry, TrainingPlan
@@ -67,6 +66,7 @@ from ..autograd.symbolic import compile_function
 from ..autograd.zero_tangents import KeptZeroTangents, ZeroTangents
 from ..contracts import CaptureInfo
 from ..devices import Loadable
+from ..pycode import code_digest
 from ..runtime.artifacts import open_store
 from ..version import source_digest
 
@@ -216,12 +216,16 @@ def _variants(store: Any, key: str) -> Callable[[tuple[int, ...]], Any]:
 
 
 def graph_key(gm: torch.fx.GraphModule) -> str:
-    """A digest of a captured graph: its code, its call targets and attributes, node marks and
-    its inputs as capture described them (see the module doc)."""
-    # the code as `gm.code` spells it, without compiling it: a graph capture left lazy
-    # (lazy_graphs.py) is never run on a warm start
-    parts = [gm.graph.python_code(root_module="self").src]
+    """A digest of a captured graph: its nodes (op, name, target, arguments), its call targets
+    and attributes, node marks and its inputs as capture described them (see the module doc)."""
+    # each node as data, not the graph's Python code: FX's code generation cost a tenth of a
+    # GPT-2 warm start's first call, and a graph capture left lazy (lazy_graphs.py) is never
+    # generated on a warm start at all
+    parts = []
     for node in gm.graph.nodes:
+        args = _arg_text((node.args, node.kwargs))
+        parts.append(f"{node.op} {node.name} {node.target if node.op != 'call_function' else ''}")
+        parts.append(args)
         if node.op in ("call_function", "call_method"):
             parts.append(f"{node.name}={_target(node.target)}")
         elif node.op == "get_attr":
@@ -236,6 +240,32 @@ def graph_key(gm: torch.fx.GraphModule) -> str:
             if mark in node.meta:
                 parts.append(f"{node.name}.{mark}={node.meta[mark]!r}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+# argument values named by their repr (which, for these, spells the value and nothing else)
+_REPR_ARGS = (torch.dtype, torch.device, torch.layout, torch.memory_format, type(...))
+
+
+def _arg_text(a: Any) -> str:
+    """A node's argument as text that names it in every process: nodes by name, containers by
+    their items, plain values and torch's enum-like values by repr; anything else is not a
+    value the key can name soundly."""
+    if isinstance(a, torch.fx.Node):
+        return f"%{a.name}"
+    if isinstance(a, (tuple, list)):  # (FX's immutable_list; torch.Size)
+        return f"{type(a).__name__}(" + ",".join(_arg_text(x) for x in a) + ")"
+    if isinstance(a, dict):
+        return "{" + ",".join(f"{k!r}:{_arg_text(v)}" for k, v in a.items()) + "}"
+    if type(a) is slice:
+        return f"slice({_arg_text(a.start)},{_arg_text(a.stop)},{_arg_text(a.step)})"
+    if isinstance(a, (*_PLAIN, complex)) or isinstance(a, _REPR_ARGS):
+        return f"{type(a).__name__}:{a!r}"
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return f"sym:{type(a).__name__}:{a}"
+    try:
+        return f"target:{_target(a)}"  # a function or op passed as an argument
+    except Unkeyable:
+        raise Unkeyable(f"an argument is a {type(a).__name__}") from None
 
 
 def _target(target: Any) -> str:
@@ -284,8 +314,8 @@ def _function(fn: types.FunctionType) -> str:
     plain = [fn.__defaults__ or (), sorted((fn.__kwdefaults__ or {}).items()), cells]
     if not _is_plain(plain):
         raise Unkeyable(f"{name} has defaults or closure values that are not plain values")
-    code = hashlib.sha256(marshal.dumps(fn.__code__)).hexdigest()
-    return f"fn:{name}:{code}:{plain!r}"
+    # (not marshal's bytes: they differ between processes, pycode.py)
+    return f"fn:{name}:{code_digest(fn.__code__)}:{plain!r}"
 
 
 def _is_plain(value: Any) -> bool:
@@ -489,9 +519,14 @@ def _graph(compiled: Any) -> dict:
     made = getattr(compiled, "loadable", None)
     if not isinstance(made, Loadable):
         raise Unkeyable("a graph of it runs on eager kernels or as a device graph")
+    from ..codegen.compiled import WRAPPER_FILE
+
+    data = dict(made.data)
+    if isinstance(data.get("wrapper"), str):  # its code too: a later process need not compile it
+        data["wrapper_code"] = pycode.dump(compile(data["wrapper"], WRAPPER_FILE, "exec"))
     return {
         "loader": made.loader,
-        "data": dict(made.data),
+        "data": data,
         "kernel_source": compiled.kernel_source,
         "wrapper_source": compiled.wrapper_source,
         "device": compiled.device,

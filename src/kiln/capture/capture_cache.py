@@ -58,7 +58,7 @@ from .sources import (
     WeakRefSource,
 )
 
-FORMAT = "kiln-capture-1"
+FORMAT = "kiln-capture-2"
 # this process's capture-cache loads (hits), refused or absent loads, entries written, frames
 # not kept (benchmarks and tests read it)
 STATS = {"hits": 0, "misses": 0, "stored": 0, "not_cached": 0}

@@ -12,7 +12,6 @@ stored.
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import torch
@@ -43,9 +42,44 @@ def dump(graph: fx.Graph, constants: dict[str, torch.Tensor], enc: Encoder) -> d
     for name, t in constants.items():
         if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided:
             raise Uncacheable(f"constant {name} is a {type(t).__name__}")
-    buf = io.BytesIO()
-    torch.save(dict(constants), buf)
-    return {"nodes": nodes, "constants": buf.getvalue()}
+    return {"nodes": nodes, "constants": _dump_constants(constants)}
+
+
+def _dump_constants(constants: dict[str, torch.Tensor]) -> list:
+    """Constant tensors as plain data: each one's storage as bytes (one copy per storage that
+    several share), and its dtype, geometry, device and parameter flags. `torch.load` of the
+    same, zip container and restricted unpickler, cost a GPT-2 warm start more than its graph."""
+    storages: dict[tuple, int] = {}
+    blobs: list[bytes] = []
+    out = []
+    for name, t in constants.items():
+        storage = t.untyped_storage()
+        where = (t.device, storage.data_ptr(), storage.nbytes())
+        if where not in storages:
+            storages[where] = len(blobs)
+            if t.device.type not in ("cpu", "cuda"):
+                raise Uncacheable(f"constant {name} is on {t.device}")
+            blobs.append(bytes(storage.cpu()))
+        geometry = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+        flags = (type(t) is torch.nn.Parameter, t.requires_grad)
+        out.append((name, storages[where], str(t.dtype), geometry, str(t.device), flags))
+    return [blobs, out]
+
+
+def _load_constants(data: list) -> dict[str, torch.Tensor]:
+    blobs, specs = data
+    storages: dict[tuple[int, str], torch.UntypedStorage] = {}
+    constants: dict[str, torch.Tensor] = {}
+    for name, index, dtype, (size, stride, offset), device, (param, grad) in specs:
+        storage = storages.get((index, device))
+        if storage is None:
+            raw = blobs[index]
+            host = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0)
+            storage = storages[(index, device)] = host.to(device).untyped_storage()
+        dt = getattr(torch, dtype.removeprefix("torch."))
+        t = torch.empty(0, dtype=dt, device=device).set_(storage, offset, size, stride)
+        constants[name] = torch.nn.Parameter(t, grad) if param else t.requires_grad_(grad)
+    return constants
 
 
 def _layout(v: Any, name: str) -> Any:
@@ -113,7 +147,7 @@ def load(data: dict, res: Resolver) -> LazyGraphModule:
         for k, v in meta.items():
             node.meta[k] = _unlayout(v) if k == "example_value" else v
         made[name] = node
-    constants = torch.load(io.BytesIO(data["constants"]), weights_only=True)
+    constants = _load_constants(data["constants"])
     with module_tree.suspended():
         root = torch.nn.Module()
         for name, t in constants.items():

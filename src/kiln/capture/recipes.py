@@ -28,7 +28,6 @@ over an object) is `Uncacheable`, and the entry is not kept.
 from __future__ import annotations
 
 import enum
-import hashlib
 import importlib
 import sys
 import types
@@ -36,6 +35,7 @@ from typing import Any
 
 import torch
 
+from ..pycode import code_digest
 from .module_tree import STRUCTURE
 
 PLAIN = (
@@ -67,51 +67,7 @@ def function_digest(fn: types.FunctionType) -> str:
         defaults = _default_text((fn.__defaults__ or (), kw))
     except Uncacheable:
         raise Uncacheable(f"{fn.__qualname__} has defaults that are not plain values") from None
-    return f"{_code_digest(fn.__code__)}:{defaults}"
-
-
-def _code_digest(code: types.CodeType) -> str:
-    """A digest of compiled code that is the same in every process (marshal's bytes are not:
-    a frozenset constant's order follows string hashing, which is randomized per process)."""
-    h = hashlib.sha256()
-    _hash_code(code, h)
-    return h.hexdigest()
-
-
-_CODE_FIELDS = (
-    "co_argcount",
-    "co_posonlyargcount",
-    "co_kwonlyargcount",
-    "co_flags",
-    "co_names",
-    "co_varnames",
-    "co_freevars",
-    "co_cellvars",
-    "co_filename",
-    "co_name",
-    "co_qualname",
-    "co_firstlineno",
-)
-
-
-def _hash_code(code: types.CodeType, h: Any) -> None:
-    h.update(code.co_code)
-    h.update(code.co_exceptiontable)
-    h.update(repr([getattr(code, f) for f in _CODE_FIELDS]).encode())
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            h.update(b"<code>")
-            _hash_code(c, h)
-        else:
-            h.update(_const_text(c).encode() + b"\0")
-
-
-def _const_text(c: Any) -> str:
-    if isinstance(c, frozenset):
-        return f"frozenset({sorted(map(_const_text, c))!r})"
-    if isinstance(c, tuple):
-        return "(" + ",".join(map(_const_text, c)) + ")"
-    return f"{type(c).__name__}:{c!r}"
+    return f"{code_digest(fn.__code__)}:{defaults}"
 
 
 def _default_text(value: Any, depth: int = 0) -> str:
@@ -123,7 +79,7 @@ def _default_text(value: Any, depth: int = 0) -> str:
     if isinstance(value, (types.FunctionType, type)):
         name = f"{value.__module__}.{value.__qualname__}"
         if isinstance(value, types.FunctionType):
-            name += ":" + _code_digest(value.__code__)
+            name += ":" + code_digest(value.__code__)
         return name
     raise Uncacheable(f"a default is a {type(value).__qualname__}")
 

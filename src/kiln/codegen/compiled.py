@@ -18,9 +18,21 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from .. import pycode
+
 if TYPE_CHECKING:  # not imported at run time: a graph loaded from the cache has no schedule
     from ..devices import Loadable
     from ..schedule import Schedule
+
+
+WRAPPER_FILE = "<kiln wrapper>"  # the file name of every device's wrapper program
+
+
+def wrapper_code(data: Any) -> Any:
+    """The code object of a build's wrapper program (`data`: the build as data, a
+    `Loadable`'s): the one the artifact cache kept beside its source (`wrapper_code`,
+    backends/warm.py), or its source compiled."""
+    return pycode.load(data.get("wrapper_code"), data["wrapper"], WRAPPER_FILE)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ BASE = frozenset(
         "gc_pause",
         "lazy_graphs",
         "lazy_exports",
+        "pycode",
         "native",
         "contracts",
         "trace",

@@ -21,6 +21,7 @@ from ... import native
 from ...runtime.arenas import new_block
 from ...runtime.cpp_builder import build
 from ..bindings import fast_externs, resolve_ops
+from ..compiled import wrapper_code
 
 
 def _empty(size, stride, dtype):
@@ -57,6 +58,6 @@ def load(data: Mapping[str, Any]) -> Callable:
         ns[name] = getattr(lib, name)
     ns.update(fast_externs(resolve_ops(data["externs"])))
     ns.update(data["constants"])
-    exec(compile(data["wrapper"], "<kiln wrapper>", "exec"), ns)
+    exec(wrapper_code(data), ns)
     native.upgrade_as_strided(ns["call"])  # built before the native module loaded
     return ns["call"]

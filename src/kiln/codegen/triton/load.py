@@ -25,7 +25,7 @@ from ...runtime.triton_builder import load as load_module
 from ...runtime.triton_interpret import is_interpreting
 from ...runtime.triton_launch import FastKernel
 from ..bindings import fast_externs, resolve_ops
-from ..compiled import FirstCall
+from ..compiled import FirstCall, wrapper_code
 
 
 def load(data: Mapping[str, Any]) -> Callable | FirstCall:
@@ -34,7 +34,7 @@ def load(data: Mapping[str, Any]) -> Callable | FirstCall:
     loaded = load_module(data["source"], data["launches"], wait=False) if kernels else None
     device = torch.device(data["device"])
     namespace = _namespace(loaded, kernels, data, device)
-    exec(compile(data["wrapper"], "<kiln triton wrapper>", "exec"), namespace)
+    exec(wrapper_code(data), namespace)
     call = namespace["call"]
     native.upgrade_as_strided(call)  # built before the native module loaded
     if loaded is not None and compiling(loaded):
