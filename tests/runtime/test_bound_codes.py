@@ -1,5 +1,5 @@
 """Which Triton launches runtime/triton_launch.py binds natively, with which argument codes and
-size classes, on the CPU machine: `_int_class` is Triton 3.6's own specialization of an integer
+size classes, on the CPU machine: `int_class` is Triton 3.6's own specialization of an integer
 argument, `bound_codes` takes tensors and sizes and refuses what a bound launch cannot pack, and
 a `_Launch` given a compiled kernel (a stand-in with an empty grid, so nothing reaches CUDA)
 puts a `BoundLaunch` in its owner's place, also when the native module loads only after the
@@ -43,7 +43,7 @@ _VALUES = [
 ]
 
 
-def test_int_class_is_tritons_own_specialization():
+def testint_class_is_tritons_own_specialization():
     """Triton's `specialize_impl` (what its launch path keys compiled variants on) gives
     ("constexpr", 1) for 1, else the type ("i32", "i64", "u64") and "D" for divisible by 16."""
     pytest.importorskip("triton")
@@ -54,15 +54,15 @@ def test_int_class_is_tritons_own_specialization():
     for v in _VALUES:
         ty, key = native_specialize_impl(BaseBackend, v, False, True, True)
         want = (ty == "constexpr") | (key == "D") << 1 | widths.get(ty, 0) << 2
-        assert tl_._int_class(v) == want, (v, ty, key)
+        assert tl_.int_class(v) == want, (v, ty, key)
 
 
 def test_bound_codes_take_tensors_and_sizes_in_order():
     x = torch.randn(8)
     codes, classes = tl_.bound_codes(b"ppic", (x, x, 17))
-    assert codes == b"ppi" and list(classes) == [0, 0, tl_._int_class(17)]
+    assert codes == b"ppi" and list(classes) == [0, 0, tl_.int_class(17)]
     codes, classes = tl_.bound_codes(b"pcl" + b"c" * 3, (x, 1, 2**40))
-    assert codes == b"pcl" and list(classes) == [0, tl_._int_class(1), tl_._int_class(2**40)]
+    assert codes == b"pcl" and list(classes) == [0, tl_.int_class(1), tl_.int_class(2**40)]
     assert tl_.bound_codes(b"pp", (x, x)) == (b"pp", bytes(2))
 
 

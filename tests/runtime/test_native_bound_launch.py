@@ -136,9 +136,9 @@ _VALUES = [
 
 
 def _class(v: int) -> int:
-    from kiln.runtime.triton_launch import _int_class
+    from kiln.runtime.triton_launch import int_class
 
-    return _int_class(v)
+    return int_class(v)
 
 
 def test_a_size_argument_is_taken_only_in_its_compiled_class(bind):
@@ -156,7 +156,7 @@ def test_a_size_argument_is_taken_only_in_its_compiled_class(bind):
 
 
 def test_the_native_class_of_every_value_is_the_python_one(bind):
-    """For each value a launch was compiled with, exactly the values of the same `_int_class`
+    """For each value a launch was compiled with, exactly the values of the same `int_class`
     are taken (the C check and the Python one agree, past 32 and 63 bits included)."""
     x = torch.randn(64)
     for v in _VALUES:

@@ -251,14 +251,14 @@ def test_sizes_of_other_classes_at_one_grid_each_get_a_bound_variant(monkeypatch
     that variant is bound too; all results are right, and once every class has been seen
     (and its bound launch has recorded the call site) no launch goes through Python."""
     from kiln.runtime import triton_native_launcher as tnl
-    from kiln.runtime.triton_launch import _VARIANTS, FastKernel, _int_class
+    from kiln.runtime.triton_launch import _VARIANTS, FastKernel, int_class
 
     if not tnl.available():
         pytest.skip("kiln's native launch is not available here")
     calls = _count_python_launches(monkeypatch)
     kernel = FastKernel(_shifted())
     sizes = (1000, 17, 16, 1, 2, 15, 33, 1000, 16, 1, 999, 17, 2**31 + 8, 2**31 + 8)
-    assert len({_int_class(n) for n in sizes}) == _VARIANTS == 4
+    assert len({int_class(n) for n in sizes}) == _VARIANTS == 4
     for n in sizes:
         _run_shifted(kernel, (4,), n, 5, 2**33)
     assert type(kernel[(4,)]).__name__ == "BoundLaunch"

@@ -9,7 +9,7 @@ launched with; gives the imported module, whose attributes are the `@triton.jit`
   source with the kiln, torch, Triton and Python versions; an identical graph reuses the file
   and, within a process, the imported module (nothing is loaded twice).
 * Compiled binaries are cached on disk by Triton itself, keyed by content and device. When a
-  graph has several kernels and a GPU is present, they are compiled ahead of the first launch
+  GPU is present, the kernels are compiled ahead of the first launch
   in parallel worker processes (triton_workers.py), which fill that cache: the parent asks
   Triton how each launch will be specialized (`specializations`, no compiling) and the
   workers compile exactly that, and build the kernels' C launchers (unless kiln's generic
@@ -17,8 +17,10 @@ launched with; gives the imported module, whose attributes are the `@triton.jit`
   Each worker reports its kernel's Triton cache hash; the parent loads the binaries by those
   hashes (`_preload`), so it never hashes Triton's own files for a cache key. The hashes are
   recorded in kiln's cache (`triton-hashes/`): a later process (a warm start) loads kernels
-  compiled before straight from Triton's cache by them and starts no worker at all. A worker
-  failure is not an error: the parent compiles that kernel itself at its first launch.
+  compiled before straight from Triton's cache by them and starts no worker at all; when
+  every kernel of the module is recorded with its launch plan, it does not even import the
+  module or ask Triton's binder anything (triton_cached.py). A worker failure is not an
+  error: the parent compiles that kernel itself at its first launch.
 * Under `TRITON_INTERPRET=1` nothing is compiled; the module's `libdevice` is replaced by the
   NumPy stand-in of runtime/triton_interpret.py.
 
@@ -41,13 +43,16 @@ import torch
 
 from .. import logs, options, trace
 from ..version import __version__ as kiln_version
-from . import triton_native_launcher, triton_workers
+from . import triton_cached, triton_native_launcher, triton_workers
 from .cache import open_cache
 from .triton_interpret import is_interpreting, scalar_loop_bounds
 
-# Compile in workers when there is more than one kernel to share out (a worker is ready about
-# half a second after it starts, which overlaps lowering and scheduling).
-PARALLEL_MIN_KERNELS = 2
+# Compile in workers even a module of one kernel: the inductor backend has started them while
+# the graph was traced (a worker is ready about half a second after it starts, which overlaps
+# lowering and scheduling), the parent then never hashes Triton's files for a cache key
+# (`_preload`), and only what a worker compiled is recorded for a later process, which then
+# loads it with no JITFunction (triton_cached.py).
+PARALLEL_MIN_KERNELS = 1
 MAX_WORKERS = 16  # a ResNet-50's 49 kernels kept 8 workers busy 4.7 s on the 16-CPU H200 host
 
 _loaded: dict[str, object] = {}
@@ -55,6 +60,8 @@ STATS = {"loads": 0, "memory_hits": 0, "disk_hits": 0, "warmed": 0, "warm_second
 STATS["preloaded"] = 0  # kernels the workers compiled that the parent loaded by hash
 # kernels compiled in an earlier process, loaded by recorded hash without any worker
 STATS["loaded_by_hash"] = 0
+# kernels a warm process loaded from Triton's cache with no JITFunction (triton_cached.py)
+STATS["loaded_from_cache"] = 0
 # The last parallel compile (`benchmarks/compile_profile.py` prints them): seconds from the
 # pool's start until the parent handed out kernels and until the last worker was ready; the
 # slowest kernel's compile seconds, and all kernels' compile seconds added up.
@@ -123,6 +130,10 @@ def load(
     path, on_disk = cache.fetch(key, lambda: source.encode())
     STATS["disk_hits"] += on_disk
     trace.event("cache", kind="triton", key=key, result="disk" if on_disk else "compiled")
+    module = _cached(path, key, source, launches) if on_disk else None
+    if module is not None:
+        _loaded[key] = module
+        return module
     module = _import(path, key)
     STATS["loads"] += 1
     if launches and not is_interpreting():
@@ -132,6 +143,29 @@ def load(
         elif finish is not None:
             _pending[module.__name__] = finish
     _loaded[key] = module
+    return module
+
+
+def _cached(path: str, key: str, source: str, launches: dict | None):
+    """The module's kernels straight from Triton's cache, when the compile workers recorded
+    every one in an earlier process (triton_cached.py), or None. A launch the record does not
+    vouch for imports the module then, its kernels preloaded from the recorded hashes."""
+    if not launches or is_interpreting() or not torch.cuda.is_available():
+        return None
+    known = _built_hashes(path)
+
+    def import_module():
+        module = _import(path, key)
+        STATS["loads"] += 1
+        for name in launches:
+            record = known.get(name)
+            if record is not None and len(record) >= 4:
+                _preload(getattr(module, name), record[3], record[1])
+        return module
+
+    module = triton_cached.load(source, launches, known, import_module)
+    if module is not None:
+        STATS["loaded_from_cache"] += len(launches)
     return module
 
 
@@ -274,16 +308,19 @@ def warm(path: str, module, launches: dict) -> Callable[[], None] | None:
     start = time.perf_counter()
     specs = specializations(module, launches)
     known = _built_hashes(path)
+    plans = dict(launches)
     preloaded = {}
     for name, spec in specs.items():
         recorded = known.get(name)
         if recorded and recorded[0] == _digest(spec):
             if _preload(getattr(module, name), spec, recorded[1]):
-                preloaded[name] = recorded
+                preloaded[name] = triton_cached.record_of(spec, recorded[1], plans[name])
     STATS["preloaded"] += len(preloaded)
     STATS["loaded_by_hash"] += len(preloaded)
     launches = {name: plan for name, plan in launches.items() if name not in preloaded}
     if not launches:
+        if any(known.get(name) != record for name, record in preloaded.items()):
+            _remember_hashes(path, preloaded)  # an older record: the next process needs no JIT
         STATS["warm_seconds"] += time.perf_counter() - start
         return None
     # kiln's native launch takes these kernels: no worker builds Triton's C launchers for them
@@ -337,7 +374,9 @@ def warm(path: str, module, launches: dict) -> Callable[[], None] | None:
                 jit = getattr(module, job["kernel"])
                 if _preload(jit, job["specialization"], kernel_hash):
                     STATS["preloaded"] += 1
-                    built[job["kernel"]] = [_digest(job["specialization"]), kernel_hash]
+                    built[job["kernel"]] = triton_cached.record_of(
+                        job["specialization"], kernel_hash, plans[job["kernel"]]
+                    )
         _record(pool, ids)
         _remember_hashes(path, built)
         STATS["warm_seconds"] += time.perf_counter() - begin
@@ -358,7 +397,8 @@ def _hashes_key(path: str) -> str:
 
 
 def _built_hashes(path: str) -> dict[str, list[str]]:
-    """{kernel: [digest of its specialization, its Triton cache hash]} as workers reported them
+    """{kernel: [digest of its specialization, its Triton cache hash, digest of its launch plan,
+    the specialization]} (`triton_cached.record_of`) as workers reported them
     for `path`'s module in this or an earlier process; {} when none were recorded. A hash only
     says where to look: `_preload` loads the binary only if Triton's cache still has it."""
     cache = open_cache(options.env_cache_dir(), "triton-hashes", suffix=".json")

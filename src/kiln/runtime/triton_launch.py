@@ -51,6 +51,7 @@ from operator import or_
 import torch
 
 from .. import native
+from .triton_cached import CachedKernel, int_class
 from .triton_native_launcher import (
     MAX_PARAMS,
     NativeLauncher,
@@ -64,27 +65,13 @@ _data_ptr = torch.Tensor.data_ptr
 _stream_of = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent in CPU builds
 
 
-def _int_class(a: int) -> int:
-    """What Triton 3.6 specializes an integer argument (a size argument) on (`specialize_impl`
-    of runtime/jit.py): bit 0 equal to 1 (then a constexpr of the kernel, not a parameter),
-    bit 1 divisible by 16, bits 2-3 the type it is passed as (0 i32, 1 i64, 2 u64, 3 none:
-    past 64 bits). native_launch.cpp's `int_class` computes the same for bound launches."""
-    if -(2**31) <= a < 2**31:
-        width = 0
-    elif -(2**63) <= a < 2**63:
-        width = 1
-    else:
-        width = 2 if 0 <= a < 2**64 else 3
-    return (a == 1) | (a % 16 == 0) << 1 | width << 2
-
-
 _INT_CODES = frozenset(b"cbBhHiIlL")  # native_launch.cpp's integer codes ('c': the constant 1)
 
 
 def bound_codes(signature: bytes | None, args) -> tuple[bytes, bytes] | None:
     """What a native bound launch of a kernel first launched with positional `args` takes:
     per argument its code (from the kernel's `signature` codes, triton_native_launcher) and
-    the class it was compiled for (`_int_class` of an integer; 0 for a tensor). None when a
+    the class it was compiled for (`int_class` of an integer; 0 for a tensor). None when a
     bound launch cannot take the kernel: an argument neither a tensor nor an int, a code that
     does not fit its argument (a positional constexpr other than a size equal to 1), or a
     parameter after them that is not a constexpr (passed by keyword, which the bound launch
@@ -99,7 +86,7 @@ def bound_codes(signature: bytes | None, args) -> tuple[bytes, bytes] | None:
                 return None
             classes.append(0)
         elif type(a) is int:
-            cls = _int_class(a)
+            cls = int_class(a)
             if code not in _INT_CODES or cls > 11 or (code == ord("c") and a != 1):
                 return None
             classes.append(cls)
@@ -110,12 +97,12 @@ def bound_codes(signature: bytes | None, args) -> tuple[bytes, bytes] | None:
 
 def _aligned(args) -> tuple:
     """What Triton specializes a launch on: pointers 16-byte aligned, integer arguments (kiln's
-    size arguments) as `_int_class` says. Launches that agree here run the same compiled
+    size arguments) as `int_class` says. Launches that agree here run the same compiled
     kernel, whatever the sizes."""
     return tuple(
         a.data_ptr() % 16 == 0
         if isinstance(a, torch.Tensor)
-        else _int_class(a)
+        else int_class(a)
         if type(a) is int
         else a
         for a in args
@@ -164,6 +151,11 @@ class _Launch:
             ck.run(g[0], g[1], g[2], _stream_of(self.device), ck.function, ck.packed_metadata,
                    None, None, None, *args, *self.consts)  # fmt: skip
             return
+        jit = self.jit
+        if ck is None and isinstance(jit, CachedKernel) and jit.serves(args, kwargs):
+            if _no_hooks():  # (hooks see launches through Triton's JITFunction)
+                self._first_cached(jit.compiled, args, kwargs)
+                return
         with native_launchers():  # a kernel first launched here gets kiln's launcher
             kernel = self.jit[self.grid](*args, **kwargs)
         if kernel is None or not hasattr(kernel, "packed_metadata"):
@@ -172,6 +164,17 @@ class _Launch:
             self._keep(kernel, args, kwargs)
         elif self.bound and _no_hooks():  # a size of another class: Triton gave its variant
             self._bind_variant(kernel, args)
+
+    def _first_cached(self, kernel, args, kwargs) -> None:
+        """The first launch of a kernel loaded from Triton's cache (triton_cached.py), for the
+        launch it was compiled for: its launcher is kiln's native one (the loader checked that
+        it can be), then it is kept as a kernel Triton launched is."""
+        with native_launchers():
+            kernel.run  # noqa: B018 - loads the binary and makes the launcher, in this context
+        self._keep(kernel, args, kwargs)
+        g = self.grid
+        kernel.run(g[0], g[1], g[2], _stream_of(self.device), kernel.function,
+                   kernel.packed_metadata, None, None, None, *args, *self.consts)  # fmt: skip
 
     def _raw_args(self, args) -> list | None:
         """The launcher's arguments (pointers as addresses, sizes as they are) when this launch
@@ -182,7 +185,7 @@ class _Launch:
         if reduce(or_, [vals[i] for i in self.tensors], 0) & 15:
             return None
         for i, cls in zip(self.ints, self.int_classes):
-            if _int_class(vals[i]) != cls:
+            if int_class(vals[i]) != cls:
                 return None
         return vals
 
