@@ -129,3 +129,34 @@ def test_missing_compiler_is_a_clear_error_and_graph_runs_eagerly(monkeypatch):
         torch.testing.assert_close(compiled(y)[0], y.exp() + 1)
     finally:
         cpp_builder.find_compiler.cache_clear()
+
+
+def test_the_compiler_version_is_asked_once_per_cache(tmp_path, monkeypatch):
+    """A new process finds the compiler's version line in the cache folder (no process start on
+    a warm start); a compiler file that changed is asked again."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    fake = tmp_path / "bin" / "g++"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'g++ (kiln test) 1.0'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(compiler.shutil, "which", lambda name: str(fake))
+    runs = []
+    real_run = compiler.subprocess.run
+
+    def counted(*args, **kwargs):
+        runs.append(args[0])
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(compiler.subprocess, "run", counted)
+    try:
+        for _ in range(3):  # each cache_clear() stands for a new process
+            cpp_builder.find_compiler.cache_clear()
+            assert cpp_builder.find_compiler() == (str(fake), "g++ (kiln test) 1.0")
+        assert len(runs) == 1
+        fake.write_text("#!/bin/sh\necho 'g++ (kiln test) 2.0'\n")
+        os.utime(fake, ns=(1, 1))
+        cpp_builder.find_compiler.cache_clear()
+        assert cpp_builder.find_compiler() == (str(fake), "g++ (kiln test) 2.0")
+        assert len(runs) == 2
+    finally:
+        cpp_builder.find_compiler.cache_clear()

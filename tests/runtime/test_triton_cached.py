@@ -60,10 +60,8 @@ def _write_group(root, kernel_hash: str, name: str, **meta) -> None:
     }
     (folder / f"{name}.json").write_text(json.dumps(metadata))
     (folder / f"{name}.cubin").write_bytes(os.urandom(64))
-    group = {
-        f"{name}.json": str(folder / f"{name}.json"),
-        f"{name}.cubin": str(folder / f"{name}.cubin"),
-    }
+    (folder / f"{name}.ptx").write_text("// the PTX, for reading")
+    group = {f"{name}.{ext}": str(folder / f"{name}.{ext}") for ext in ("json", "cubin", "ptx")}
     (folder / f"__grp__{name}.json").write_text(json.dumps({"child_paths": group}))
 
 
@@ -94,6 +92,7 @@ def test_a_recorded_module_loads_without_importing_it(triton_cache):
     assert module is not None and imports == []
     k0, k1 = module.k0, module.k1
     assert isinstance(k0, triton_cached.CachedKernel) and k0.compiled.hash == H0
+    assert set(k0.compiled.asm) == {"cubin"}  # the IR texts beside it are not read
     assert k1.compiled.metadata.name == "k1" and k1.compiled.src.signature == SIG_B
     assert module.k2 is k0  # an alias of the same code is the same kernel
     assert imports == []

@@ -8,8 +8,12 @@ module is a base module (capture uses its guard checks) and must not import the 
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
 import shutil
 import subprocess
+
+from .. import options
 
 COMPILERS = ("g++", "c++", "clang++")
 
@@ -24,11 +28,44 @@ def find_compiler() -> tuple[str, str]:
     for name in COMPILERS:
         path = shutil.which(name)
         if path:
-            out = subprocess.run([path, "--version"], capture_output=True, text=True)
-            return path, (out.stdout.splitlines() or ["unknown"])[0]
+            return path, _version(path)
     raise CompilerNotFound(
         "kiln's CPU code generator needs a C++ compiler with OpenMP, and none of "
         f"{', '.join(COMPILERS)} is on PATH. Fix: install one (Debian/Ubuntu: "
         "`apt-get install g++`; Fedora: `dnf install gcc-c++`; macOS: `brew install gcc`), "
         "or use backend='aot_eager'."
     )
+
+
+def _version(path: str) -> str:
+    """The compiler's `--version` line, kept in kiln's cache folder under the compiler file's
+    identity (resolved path, size, modification time, inode): running it is a process start
+    (5-15 ms) that every new process paid on its warm start, for the cache keys."""
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+        ident = f"{real}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
+        name = hashlib.sha256(ident.encode()).hexdigest()[:32]
+        kept = os.path.join(options.env_cache_dir(), "compilers", name)
+    except OSError:
+        kept = None
+    if kept is not None:
+        try:
+            with open(kept) as f:
+                line = f.read()
+            if line:
+                return line
+        except OSError:
+            pass
+    out = subprocess.run([path, "--version"], capture_output=True, text=True)
+    line = (out.stdout.splitlines() or ["unknown"])[0]
+    if kept is not None and out.returncode == 0:
+        try:  # written whole under another name, then renamed: a reader never sees a part
+            os.makedirs(os.path.dirname(kept), mode=0o700, exist_ok=True)
+            tmp = f"{kept}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(line)
+            os.replace(tmp, kept)
+        except OSError:  # a read-only or full cache folder: asked again next time
+            pass
+    return line

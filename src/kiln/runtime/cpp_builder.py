@@ -58,6 +58,7 @@ class BuildError(RuntimeError):
 
 
 @functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def _machine() -> str:
     model = ""
     try:

@@ -90,8 +90,11 @@ def load(source: str, launches: dict, known: dict, import_module: Callable[[], A
         for name, plan in launches.items():
             kernel_hash, signature = known[name][1], json.loads(known[name][3])["signature"]
             group = get_cache_manager(kernel_hash).get_group(f"{name}.json")
-            if not group or f"{name}.json" not in group:
+            if not group or f"{name}.json" not in group or f"{name}.cubin" not in group:
                 return None
+            # the metadata and the binary: the IR texts beside them (PTX, LLVM IR, ...) are
+            # for reading, and Triton's cache hit reads them all
+            group = {k: v for k, v in group.items() if k.endswith((".json", ".cubin"))}
             compiled = CompiledKernel(_Source(name, signature), group, kernel_hash)
             codes = triton_native_launcher.codes(signature)
             if codes is None or len(codes) > triton_native_launcher.MAX_PARAMS:
