@@ -12,8 +12,10 @@ kernels from the builders' content-keyed caches (no compiler runs).
 The key of an entry is a SHA-256 of everything the compiled entry depends on:
 
 * the graph as capture gave it (before AOT autograd's rewrites, which a loaded entry skips):
-  its code, each call target's identity (an ATen op or a torch function by name; any other
-  Python function by its compiled code and plain defaults and closure values), the values of
+  its nodes as data (op, name, arguments; not FX's generated code, which a warm start would
+  otherwise generate only for this), each call target's identity (an ATen op or a torch
+  function by name; any other Python function by a digest of its compiled code that is the
+  same in every process, pycode.py, and its plain defaults and closure values), the values of
   its attributes (constant tensors by content, nested graphs by their own key) and the node
   marks AOT autograd reads (`recompute`);
 * its inputs as capture described them (types, sizes and strides with symbolic dimensions by

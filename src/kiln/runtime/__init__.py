@@ -12,6 +12,7 @@ Files:
   cache_cli.py              `kiln cache info|clear`
   cpp_builder.py            C++ source -> loaded shared library (flags, cache keys)
   triton_builder.py         Triton module source -> imported module, compiled ahead in workers
+  triton_cached.py          a warm process's kernels straight from Triton's cache (no JITFunction)
   triton_workers.py         the pool of compile worker processes (triton_worker_main.py: a worker)
   triton_launch.py          fast launches of compiled Triton kernels (FastKernel)
   triton_native_launcher.py Triton kernels launched through the native module's one launch
