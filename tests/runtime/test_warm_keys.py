@@ -140,3 +140,31 @@ def test_a_loaded_wrapper_is_not_compiled_again(cache, monkeypatch):
     assert warm.STATS["hits"] == before + 1  # loaded from the artifact cache
     assert torch.allclose(got, fn(x, w), atol=1e-5)
     assert WRAPPER_FILE not in compiled_files, compiled_files
+
+
+def test_the_source_digest_is_kept_and_follows_edits(tmp_path, monkeypatch):
+    from kiln import version
+
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.py").write_text("x = 1\n")
+    (root / "sub" / "b.py").write_text("y = 2\n")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    first = version.digest_of(str(root))
+    reads = []
+    original = builtins.open
+
+    def spy(path, *args, **kwargs):
+        if str(path).endswith(".py"):
+            reads.append(path)
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spy)
+    assert version.digest_of(str(root)) == first
+    assert reads == []  # found under the files' identities: no file read
+    (root / "sub" / "b.py").write_text("y = 3\n")
+    os.utime(root / "sub" / "b.py", ns=(10**18, 10**18))
+    edited = version.digest_of(str(root))
+    assert edited != first and reads
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "other"))  # computed from scratch
+    assert version.digest_of(str(root)) == edited
