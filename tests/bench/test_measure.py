@@ -313,7 +313,9 @@ def test_arena_blocks_are_counted_while_a_compiled_graph_keeps_them():
         args = _mlp_inputs()
         torch.testing.assert_close(compiled(*args), _mlp(*args))
     held = arena.held_bytes() - before
-    assert held >= 64 * 512 * 4  # at least the relu/tanh intermediate lives there
+    # at least one intermediate lives there (the relu/tanh kernel is stored over x @ w1's
+    # buffer, schedule/inplace.py; which of the two the arena keeps is its peak rule's choice)
+    assert held >= 64 * 256 * 4
     del compiled
     kiln.reset()
     gc.collect()
@@ -336,6 +338,8 @@ def test_cpu_peak_memory_counts_the_arena_kept_between_calls(monkeypatch):
         args = _mlp_inputs()
         torch.testing.assert_close(module(*args), _mlp(*args))
     step = measure.Step(module, module, train=False, grads={})
+    for _ in range(2):  # the step runs under no_grad: its own graph, traced then kept
+        step(args)
     gc.collect()
     held = arena.held_bytes()
     counted = measure.peak_memory(step, args, "cpu")

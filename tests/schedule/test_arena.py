@@ -35,7 +35,8 @@ def test_intermediates_are_carved_from_one_block_and_outputs_are_not():
     args = _mlp_inputs()
     c = check(_mlp, *args)
     arena = c.schedule.arena
-    assert arena.nbytes > 0 and len(arena.offsets) >= 2
+    # (one slot may be enough: relu is stored over the matmul it reads, inplace.py)
+    assert arena.nbytes > 0 and len(arena.offsets) >= 1
     outputs = {o for o in c.schedule.graph.outputs if isinstance(o, str)}
     assert not outputs & set(arena.offsets)
     assert "_new_arena(" in c.wrapper_source and "_arenas.append(_arena)" in c.wrapper_source

@@ -226,6 +226,8 @@ def render_wrapper(
                 lines.append(f"    {step.name} = {step.into}")
             elif step.reuse:
                 lines.append(f"    {step.name} = {step.reuse}.view({size}); del {step.reuse}")
+            elif step.over:  # freed (`del`) after the kernel that reads it last
+                lines.append(f"    {step.name} = {step.over}.view({size})")
             elif step.name in sched.arena.offsets:
                 dtype = node_dtype(node)
                 offset = sched.arena.offsets[step.name]

@@ -131,7 +131,8 @@ def _slots(graph: LoopGraph, steps: Sequence[PlanStep]) -> tuple[list, list]:
         if isinstance(step, Alloc):
             if step.into:  # an input's own memory
                 continue
-            root = chain[step.reuse] if step.reuse else step.name
+            prior = step.reuse or step.over
+            root = chain[prior] if prior else step.name
             chain[step.name] = root
             members.setdefault(root, []).append(step.name)
             start.setdefault(root, k)

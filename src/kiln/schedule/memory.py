@@ -10,7 +10,9 @@ when one is free (`Alloc.reuse`), so a chain of same-sized intermediates runs in
 Extern calls whose renderer writes into a given buffer (`out_externs`: matmuls, called with
 `out=`) get an `Alloc` too and join the same pool: a transformer's projections and the
 kernels between them then cycle through a few buffers instead of asking the allocator for
-fresh megabytes each call, which the kernel hands back as page faults on first touch.
+fresh megabytes each call, which the kernel hands back as page faults on first touch. A
+kernel output may instead be stored over a buffer its own kernel reads for the last time
+(`Alloc.over`, inplace.py `overwrites`): that buffer then never returns to the pool.
 
 Why it exists: peak memory at most eager's (DESIGN.md §3) needs buffers to die as soon as
 their last reader has run, and reuse saves the allocator round trip for large buffers.
@@ -39,6 +41,7 @@ from ..lower.ir import (
 )
 from ..lower.symbolic import hint
 from .fusion import ExternCall, Kernel, Step, member_node
+from .inplace import overwrites
 
 
 @dataclass(frozen=True)
@@ -46,10 +49,15 @@ class Alloc:
     name: str
     reuse: str | None = None  # the freed buffer whose storage this one takes
     into: str | None = None  # the mutated input this buffer is (inplace.py)
+    # the intermediate its own kernel reads for the last time and stores it over (inplace.py
+    # `overwrites`): that buffer's storage, still named until the kernel has run
+    over: str | None = None
 
     def __str__(self) -> str:
         if self.into:
             return f"alloc {self.name} (is input {self.into}: written in place)"
+        if self.over:
+            return f"alloc {self.name} (over {self.over}, read last by its kernel)"
         return f"alloc {self.name}" + (f" (reuses {self.reuse})" if self.reuse else "")
 
 
@@ -142,12 +150,31 @@ def plan_memory(
     aliases_before, aliases_after = _alias_places(views, first, produced_at)
 
     local = {m for s in steps if isinstance(s, Kernel) for m in s.local}
+    owned = (
+        {
+            n
+            for s in steps
+            for n in (
+                [m.name for m in s.members if m.name not in s.local]
+                if isinstance(s, Kernel)
+                else [s.name]
+                if writes_into_alloc(nodes[s.name], out_externs)
+                else []
+            )
+        }
+        - pinned
+        - shared
+        - inputs
+        - set(into)
+    )
+    over = overwrites(graph, steps, owned, taken=set(into) | set(into.values()))
     live = _live_bytes(len(steps), nodes, produced_at, last, pinned, local)
     peak = max(live, default=0)
 
     out: list[PlanStep] = [Alias(v) for v in aliases_after[-1]]
     pool: dict[tuple, list[tuple[str, int]]] = defaultdict(list)  # key -> (name, freed after)
     reusable: set[str] = set()
+    overwritten = set(over.values())  # their storage lives on as the buffer stored over them
     for k, step in enumerate(steps):
         if isinstance(step, Kernel):
             written = [m.name for m in step.members if m.name not in step.local]
@@ -157,6 +184,10 @@ def plan_memory(
         for name in written:
             if name in into:
                 out.append(Alloc(name, into=into[name]))
+                continue
+            if name in over:
+                out.append(Alloc(name, over=over[name]))
+                reusable.add(name)
                 continue
             reuse = _take(pool[_key(nodes[name])], k, live, peak, _bytes(nodes[name]))
             out.append(Alloc(name, reuse))
@@ -172,7 +203,7 @@ def plan_memory(
             ):
                 continue
             out.append(Free(name))
-            if name in reusable and name not in shared:
+            if name in reusable and name not in shared and name not in overwritten:
                 pool[_key(nodes[name])].append((name, k))
     return tuple(out)
 

@@ -21,7 +21,11 @@ from .renderer import CppModule, render_kernel
 def render_module(sched: Schedule) -> CppModule:
     nodes = sched.graph.node_map()
     with using_hints(sched.graph.hints):
-        into = [(a.name, a.into) for a in sched.steps if isinstance(a, Alloc) and a.into]
+        into = [
+            (a.name, a.into or a.over)
+            for a in sched.steps
+            if isinstance(a, Alloc) and (a.into or a.over)
+        ]
         aliased = frozenset(name for pair in into for name in pair)
         kernels = tuple(
             render_group(k, nodes, aliased) if k.parts else render_kernel(k, nodes, aliased)

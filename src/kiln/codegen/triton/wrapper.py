@@ -150,6 +150,8 @@ def render_wrapper(
                 continue  # bound by `_kept_header`
             elif step.reuse:
                 body.append(f"{step.name} = {step.reuse}.view({size}); del {step.reuse}")
+            elif step.over:  # freed (`del`) after the kernel that reads it last
+                body.append(f"{step.name} = {step.over}.view({size})")
             else:
                 body.append(f"{step.name} = _empty({size}, {stride}, {_dtype(node.dtype)}, device)")
         elif isinstance(step, Kernel):
