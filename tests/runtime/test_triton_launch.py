@@ -263,7 +263,9 @@ def test_sizes_of_other_classes_at_one_grid_each_get_a_bound_variant(monkeypatch
         _run_shifted(kernel, (4,), n, 5, 2**33)
     assert type(kernel[(4,)]).__name__ == "BoundLaunch"
     assert len(kernel._launches[(4,)].bound) == 4
-    assert set(calls) == set(sizes)  # every class's first launches went through Python
+    # each class's first launch went through Python (and Triton's path); a launch whose class
+    # was bound before may have gone either way (a new bound launch's first call is handed on)
+    assert {_int_class(n) for n in calls} == {_int_class(n) for n in sizes}
     calls.clear()
     for i, n in enumerate(sizes):
         _run_shifted(kernel, (4,), n, 7 + 2 * i, 2**33 + 16 * i)
