@@ -371,3 +371,48 @@ def test_many_tensors_of_one_size_split_into_parts(options):
         # (a C++ kernel's buffers are passed as `.data_ptr()`, its sizes as integers)
         widest = max(call.count(".data_ptr()") for call in calls)
         assert widest <= cap, widest
+
+
+def _most_live_blocks(src: str) -> int:
+    """The most block values (a kernel's `tmpN` computed from an element-wise load, directly
+    or through another block value) live at once in a Triton kernel's straight-line source:
+    a value is live from the line that binds it to the last line that reads it. (A proxy for
+    the registers a thread needs: one-value loads and constants do not count.)"""
+    lines = src.split("\n")
+    block: set[str] = set()
+    born: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        m = re.match(r"\s+(tmp\d+) = (.*)$", line)
+        used = set(re.findall(r"\btmp\d+\b", m.group(2) if m else line))
+        for t in used:
+            last[t] = i
+        if m and ("xindex" in m.group(2) or used & block):
+            block.add(m.group(1))
+            born[m.group(1)] = i
+    return max(
+        (sum(born[t] < i <= last.get(t, born[t]) for t in block) for i in range(len(lines))),
+        default=0,
+    )
+
+
+def test_tensors_of_one_size_in_one_kernel_are_updated_one_after_another():
+    """A foreach step over tensors of one size is one kernel (fusion.py's same-size
+    candidates); in graph order it computed every tensor's first moment, then every second
+    moment, then every update, holding each tensor's values across all the others' (GPT-2's
+    twelve 768 x 3072 tensors: 255 registers and spills a thread on sm_90). Its members now come
+    a tensor at a time (schedule/wide.py), so the values live at once do not grow with the
+    number of tensors; the results stay eager's."""
+    from kiln.runtime.triton_interpret import is_interpreting
+
+    if not is_interpreting():
+        pytest.skip("Triton interpreter is off (a GPU run)")
+    live = {}
+    for n in (2, 8):
+        code, _ = _run("adamw", n, True, TRITON, steps=2, shapes=[(64, 80)] * n)
+        kernels = _kernels(code)
+        # the kernel of the tensors' updates: the one of element-wise loads
+        widest = max(kernels.values(), key=lambda s: s.count("(xindex"))
+        assert widest.count("tl.store") >= 3 * n, widest  # (one kernel for the n tensors)
+        live[n] = _most_live_blocks(widest)
+    assert live[8] <= live[2], live
