@@ -157,7 +157,9 @@ def analyze(
     _check_mutated_inputs_do_not_alias(meta, inputs)
 
     node_of = {id(v): n for n, v in interp.values.items() if isinstance(v, torch.Tensor)}
-    input_storages = {pos: _storage(fakes[pos]) for pos in tensor_pos}
+    input_storages: dict[StorageWeakRef, int] = {}  # storage -> the first input of it
+    for pos in tensor_pos:
+        input_storages.setdefault(_storage(fakes[pos]), pos)
     for j, o in enumerate(flat):
         meta.outputs.append(_classify(j, o, flat, fakes, input_storages, node_of, meta))
     fresh = [o for o, a in zip(flat, meta.outputs) if a.kind == "fresh"]
@@ -203,16 +205,21 @@ class _WrittenTensors(TorchDispatchMode):
 
 
 def _check_mutated_inputs_do_not_alias(meta: GraphMeta, inputs: list) -> None:
-    """(On the real inputs: a symbolic world's fakes do not share storage as they do.)"""
+    """(On the real inputs: a symbolic world's fakes do not share storage as they do.) The
+    inputs are grouped by storage once: an optimizer step mutates hundreds of its inputs, and
+    comparing each with every input was most of the graph's analysis (GPT-2's AdamW step:
+    592 mutated of 741, 876,901 storage lookups)."""
+    sharing: dict[StorageWeakRef, list[int]] = {}
+    for k, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor):
+            sharing.setdefault(_storage(x), []).append(k)
     for i in meta.mutated:
-        for k, other in enumerate(inputs):
-            if k != i and isinstance(other, torch.Tensor):
-                if _storage(other) == _storage(inputs[i]):
-                    raise AotUnsupported(
-                        f"input {i} is mutated in place and shares memory with input {k}",
-                        "pass separate tensors (clone one of them), or compile with "
-                        "backend='eager'",
-                    )
+        for k in sharing[_storage(inputs[i])]:
+            if k != i:
+                raise AotUnsupported(
+                    f"input {i} is mutated in place and shares memory with input {k}",
+                    "pass separate tensors (clone one of them), or compile with backend='eager'",
+                )
 
 
 def _classify(j, o, flat, fakes, input_storages, node_of, meta: GraphMeta) -> OutputAlias:
@@ -230,11 +237,11 @@ def _classify(j, o, flat, fakes, input_storages, node_of, meta: GraphMeta) -> Ou
         dtype=o.dtype,
         requires_grad=bool(o.requires_grad),
     )
-    for pos, storage in input_storages.items():
-        if _storage(o) == storage:
-            if o is fakes[pos]:
-                return OutputAlias("input", index=pos, **geometry)
-            return OutputAlias("input_view", index=pos, **geometry)
+    pos = input_storages.get(_storage(o))
+    if pos is not None:
+        if o is fakes[pos]:
+            return OutputAlias("input", index=pos, **geometry)
+        return OutputAlias("input_view", index=pos, **geometry)
     for k in range(j):
         if flat[k] is o:
             return OutputAlias("dup", index=k, **geometry)
