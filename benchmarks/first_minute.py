@@ -80,11 +80,10 @@ def worker(variant: str, seconds: float) -> dict:
 
 
 def run(variant: str, seconds: float) -> dict:
+    from kiln.bench.worker import fresh_cache_env
+
     with tempfile.TemporaryDirectory(prefix="kiln-first-minute-") as root:
-        env = dict(os.environ)
-        for name in ("KILN_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
-            env[name] = os.path.join(root, name.lower())
-            os.makedirs(env[name])
+        env = fresh_cache_env(root)
         env["KILN_NATIVE_DIR"] = os.path.join(root, "native")  # the native module built anew
         env["PYTHONPATH"] = os.pathsep.join(
             [os.path.join(HERE, "..", "src"), env.get("PYTHONPATH", "")]

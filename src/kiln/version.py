@@ -45,7 +45,7 @@ def digest_of(root: str) -> str:
         digest.update(rel.encode() + b"\0" + data + b"\0")
     value = digest.hexdigest()
     if kept:
-        _write(kept, value)
+        write_kept(kept, value)
     return value
 
 
@@ -67,7 +67,9 @@ def _read(path: str) -> str | None:
     return value if len(value) == 64 and all(c in "0123456789abcdef" for c in value) else None
 
 
-def _write(path: str, value: str) -> None:
+def write_kept(path: str, value: str) -> None:
+    """Keep `value` in the cache file `path` for later processes (the source digest here, the
+    compiler's version line in native/compiler.py); a failure only means it is computed again."""
     try:  # written whole under another name, then renamed: a reader never sees a part
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"

@@ -11,39 +11,14 @@ import weakref
 
 import pytest
 import torch
+from int_values import INT_VALUES
 
 from kiln import native
 from kiln.runtime import triton_launch as tl_
 from kiln.runtime import triton_native_launcher as tnl
 
-_VALUES = [
-    0,
-    1,
-    2,
-    15,
-    16,
-    17,
-    33,
-    1000,
-    1024,
-    -16,
-    -17,
-    2**31 - 16,
-    2**31 - 1,
-    2**31,
-    2**31 + 16,
-    -(2**31),
-    -(2**31) - 1,
-    2**40 + 3,
-    2**62,
-    2**63 - 16,
-    2**63,
-    2**63 + 16,
-    2**64 - 16,
-]
 
-
-def testint_class_is_tritons_own_specialization():
+def test_int_class_is_tritons_own_specialization():
     """Triton's `specialize_impl` (what its launch path keys compiled variants on) gives
     ("constexpr", 1) for 1, else the type ("i32", "i64", "u64") and "D" for divisible by 16."""
     pytest.importorskip("triton")
@@ -51,7 +26,7 @@ def testint_class_is_tritons_own_specialization():
     from triton.backends.compiler import BaseBackend
 
     widths = {"i32": 0, "i64": 1, "u64": 2}
-    for v in _VALUES:
+    for v in INT_VALUES:
         ty, key = native_specialize_impl(BaseBackend, v, False, True, True)
         want = (ty == "constexpr") | (key == "D") << 1 | widths.get(ty, 0) << 2
         assert tl_.int_class(v) == want, (v, ty, key)

@@ -10,6 +10,7 @@ import types
 
 import pytest
 import torch
+from int_values import INT_VALUES
 
 from kiln import native
 
@@ -108,32 +109,6 @@ def test_bind_refuses_too_many_parameters(bind):
 
 # -- integer (size) arguments: packed by code, taken only in the class they were compiled for --
 
-_VALUES = [
-    0,
-    1,
-    2,
-    15,
-    16,
-    17,
-    33,
-    1000,
-    1024,
-    -16,
-    -17,
-    2**31 - 16,
-    2**31 - 1,
-    2**31,
-    2**31 + 16,
-    -(2**31),
-    -(2**31) - 1,
-    2**40 + 3,
-    2**62,
-    2**63 - 16,
-    2**63,
-    2**63 + 16,
-    2**64 - 16,
-]
-
 
 def _class(v: int) -> int:
     from kiln.runtime.triton_launch import int_class
@@ -159,11 +134,11 @@ def test_the_native_class_of_every_value_is_the_python_one(bind):
     """For each value a launch was compiled with, exactly the values of the same `int_class`
     are taken (the C check and the Python one agree, past 32 and 63 bits included)."""
     x = torch.randn(64)
-    for v in _VALUES:
+    for v in INT_VALUES:
         code = b"c" if v == 1 else b"l"
         b, fell, streams = _bound(bind, codes=b"p" + code, classes=bytes([0, _class(v)]))
         _site(b, x, v)
-        for w in _VALUES:
+        for w in INT_VALUES:
             before = len(streams)
             _site(b, x, w)
             assert (len(streams) > before) == (_class(w) == _class(v)), (v, w)

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 
 from .. import options
+from ..version import write_kept
 
 COMPILERS = ("g++", "c++", "clang++")
 
@@ -60,12 +61,5 @@ def _version(path: str) -> str:
     out = subprocess.run([path, "--version"], capture_output=True, text=True)
     line = (out.stdout.splitlines() or ["unknown"])[0]
     if kept is not None and out.returncode == 0:
-        try:  # written whole under another name, then renamed: a reader never sees a part
-            os.makedirs(os.path.dirname(kept), mode=0o700, exist_ok=True)
-            tmp = f"{kept}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write(line)
-            os.replace(tmp, kept)
-        except OSError:  # a read-only or full cache folder: asked again next time
-            pass
+        write_kept(kept, line)
     return line

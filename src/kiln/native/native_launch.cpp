@@ -336,7 +336,7 @@ bool same_keywords(BoundLaunch* self, PyObject* const* values, PyObject* kwnames
 }
 
 // What Triton 3.6 specializes an integer argument on (jit.py's `specialize_impl`, checked
-// against triton_launch._int_class): bit 0 equal to 1 (then a constexpr of the kernel, not a
+// against triton_cached.int_class): bit 0 equal to 1 (then a constexpr of the kernel, not a
 // parameter), bit 1 divisible by 16, bits 2-3 the type it is passed as (0 i32, 1 i64, 2 u64).
 // -1: not an int Triton passes as an integer (a bool, a float, an int subclass, past 64 bits).
 // `*bits` gets the value's 64 bits, whose low bytes are its slot (see `pack`).
