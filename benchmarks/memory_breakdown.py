@@ -1,17 +1,25 @@
-"""Where a training step's or an inference call's memory goes: eager, kiln (and torch.compile).
+"""Where a training step's or an inference call's memory goes: eager, kiln and torch.compile.
 
 Takes command-line options (models, compilers, device); prints one table row per (model,
 compiler) with, for one step after warm-up:
 
-- saved: bytes of the distinct storages saved for the backward, parameters and inputs left out
-  (`torch.autograd.graph.saved_tensors_hooks` around the forward: eager's saved tensors, and the
-  values kiln's or torch.compile's partition returns from the forward for the backward);
+- saved: bytes of the distinct storages saved for the backward, parameters and inputs left out,
+  read off the autograd graph the forward built (`saved_graph_tensors`: every node's `_saved_*`
+  tensors, and a compiled graph's `saved_tensors`), so any compiler's forward is seen the same
+  way; `--top N` lists the N largest (shape, dtype, and the node or, for kiln, the ATen op
+  that made them);
 - fw peak / step peak: the most bytes alive at once, of tensors created during the forward
   (resp. the whole step: forward, loss, backward), above what was alive before it. On the CPU
   counted by `LiveBytes`, a dispatch mode that sees every tensor an ATen op or a wrapper's
   `empty_strided` makes and drops it when its storage dies; on CUDA
   `torch.cuda.max_memory_allocated` above the memory allocated before. torch.compile runs a frame
-  eagerly under a Python dispatch mode, so its CPU peaks are left empty (they would be eager's);
+  eagerly under a Python dispatch mode (and its generated code allocates below the dispatcher),
+  so its `LiveBytes` cells are left empty;
+- rss peak (CPU): the process's peak resident memory during the step above its resident memory
+  before it (`VmHWM`, reset through `/proc/self/clear_refs`; the child process runs with glibc's
+  mmap threshold fixed, so every large tensor is its own mapping, returned when freed), plus
+  the arena blocks kiln holds between calls (allocated before the step). It sees every compiler
+  alike, torch.compile's generated code included;
 - kept: bytes allocated during the first call (the compile) that stay alive after it, on the
   CPU: constants a compiler made (folded weights, copies of parameters), arenas, caches;
 - arena: bytes kiln's arena blocks hold between calls (CPU; `kiln.runtime.arenas.held_bytes`),
@@ -26,14 +34,19 @@ holds between calls, which were allocated before the step; on CUDA, `max_memory_
 reset at each phase's start). Rows `step 1` (the first) and `step N` (the last of `--steps`).
 
 Models: `gpt2` (Hugging Face GPT2LMHeadModel from a config, `labels=` so the cross-entropy is
-computed inside the model, as the issue's training row), `nanogpt` (the suite's nanoGPT, loss
+computed inside the model, as the issue's training row; on the CPU 2 layers, d768, 2 x 512
+tokens, GPT-2's vocabulary of 50257: real proportions, the logits by far the largest tensor),
+`nanogpt` (the suite's nanoGPT, loss
 `F.cross_entropy` in the compiled function), and `resnet` (a ResNet-50-shaped bottleneck conv net
 written in plain torch, inference under `no_grad`, channels-last). CPU sizes are small; `--device
 cuda` uses the issue's sizes (GPT-2: 6 layers, d768, batch 8 x 512; ResNet: batch 32, 224 x 224,
 bfloat16) and adds torch.compile by default.
 
+`--amp` runs the forward under `torch.autocast(device, torch.bfloat16)`.
+
 Usage: PYTHONPATH=src python3 benchmarks/memory_breakdown.py [--models gpt2,nanogpt,resnet]
-       [--compilers eager,kiln,torch] [--device cpu|cuda] [--step [--steps N]]
+       [--compilers eager,kiln,torch] [--device cpu|cuda] [--amp] [--top N]
+       [--step [--steps N]]
 Each compiler runs in its own process (`--one MODEL COMPILER` is that process).
 """
 
@@ -66,20 +79,98 @@ def _real(t) -> bool:
     )
 
 
-def saved_bytes(run, exclude: set[int]) -> tuple[object, int]:
-    """(what `run()` returned, bytes of distinct storages autograd saved for the backward while
-    it ran, leaving out those whose data pointer is in `exclude`: parameters, inputs)."""
-    seen: dict[int, int] = {}
+def saved_graph_tensors(out, exclude: set[int]) -> list[tuple[int, str, tuple, str]]:
+    """The distinct storages the autograd graph behind `out` saved for the backward, those whose
+    data pointer is in `exclude` (parameters, inputs) left out: (bytes, what saved it, shape,
+    dtype), largest first. Read off the graph, not through saved-tensor hooks, so a compiler
+    that runs its forward in generated code (torch.compile) is seen as eager is: each node's
+    `_saved_*` tensors (eager), a compiled graph's `saved_tensors` (kiln, torch.compile)."""
+    found: dict[int, tuple[int, str, tuple, str]] = {}
+    todo = [t.grad_fn for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    seen: set = set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for what, t in _node_saved(node):
+            storage = t.untyped_storage()
+            if storage.data_ptr() in exclude or storage.nbytes() == 0:
+                continue
+            found.setdefault(
+                storage.data_ptr(),
+                (storage.nbytes(), what, tuple(t.shape), str(t.dtype).removeprefix("torch.")),
+            )
+        todo.extend(f for f, _ in node.next_functions)
+    return sorted(found.values(), key=lambda r: -r[0])
 
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in exclude:
-            seen[s.data_ptr()] = s.nbytes()
-        return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = run()
-    return out, sum(seen.values())
+def _node_saved(node) -> list[tuple[str, torch.Tensor]]:
+    name = type(node).__name__
+    got: list[tuple[str, torch.Tensor]] = []
+    for attr in dir(node):
+        if not attr.startswith("_saved_"):
+            continue
+        try:
+            value = getattr(node, attr)
+        except RuntimeError:  # freed already, or not a tensor
+            continue
+        values = value if isinstance(value, (tuple, list)) else [value]
+        got += [(f"{name}.{attr[7:]}", v) for v in values if isinstance(v, torch.Tensor)]
+    if hasattr(node, "saved_tensors"):  # a custom autograd.Function: a compiled graph
+        ops = _kiln_saved_ops(node)
+        for k, t in enumerate(node.saved_tensors):
+            got.append((f"{name}[{k}]" + (f" {ops[k]}" if ops else ""), t))
+    return got
+
+
+def _kiln_saved_ops(node) -> list[str]:
+    """For a kiln graph's node: the ATen op that made each saved value (from the partition
+    record of kiln's entry with the same saved values), else []."""
+    if "kiln" not in sys.modules or not hasattr(node, "plan"):
+        return []
+    from kiln.autograd.compile import AotCompiled
+
+    shapes = [tuple(t.shape) for t in node.saved_tensors]
+    for c in (o for o in gc.get_objects() if isinstance(o, AotCompiled)):
+        for part in c.partitions.values():
+            nodes = {n.name: n for n in part.fw.graph.nodes}
+            made = [nodes[name] for name in part.saved]
+            vals = [n.meta.get("val") for n in made]
+            if [tuple(getattr(v, "shape", ())) for v in vals] == shapes:
+                return [f"{n.name}={n.target}" for n in made]
+    return []
+
+
+def saved_bytes(run, exclude: set[int]) -> tuple[object, int, list]:
+    """(what `run()` returned, bytes of distinct storages saved for the backward, the largest
+    of them) — see `saved_graph_tensors`."""
+    out = run()
+    rows = saved_graph_tensors(out, exclude)
+    return out, sum(r[0] for r in rows), rows
+
+
+class RssPeak:
+    """The process's peak resident bytes while the block runs, above its resident bytes when it
+    began (Linux: `VmHWM` reset through `/proc/self/clear_refs`)."""
+
+    def __enter__(self):
+        gc.collect()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        self.base = _status("VmRSS")
+        return self
+
+    def __exit__(self, *exc):
+        self.peak = _status("VmHWM") - self.base
+
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {key}")
 
 
 # ---- models ----------------------------------------------------------------------------------
@@ -90,7 +181,7 @@ def _gpt2(device: str, large: bool):
     from transformers.utils import logging
 
     logging.set_verbosity_error()
-    layers, d, heads, batch, seq = (6, 768, 12, 8, 512) if large else (2, 128, 4, 2, 128)
+    layers, d, heads, batch, seq = (6, 768, 12, 8, 512) if large else (2, 768, 12, 2, 512)
     cfg = GPT2Config(n_layer=layers, n_embd=d, n_head=heads, n_positions=max(seq, 256))
     cfg.loss_type = "ForCausalLM"
     model = GPT2LMHeadModel(cfg).to(device).train()
@@ -198,9 +289,25 @@ def _compiled(compiler: str, model):
     return model
 
 
-def measure(model_name: str, compiler: str, device: str, large: bool, warmup: int = 2) -> dict:
+def _autocast(loss_of, device: str, amp: bool):
+    """`loss_of` run under bf16 autocast when `amp`."""
+    if loss_of is None or not amp:
+        return loss_of
+
+    def run(m, b):
+        with torch.autocast(device, torch.bfloat16):
+            return loss_of(m, b)
+
+    return run
+
+
+def measure(
+    model_name: str, compiler: str, device: str, large: bool, amp: bool = False, top: int = 0
+) -> dict:
+    warmup = 2
     torch.manual_seed(0)
     model, batch_of, loss_of = MODELS[model_name](device, large)
+    loss_of = _autocast(loss_of, device, amp)
     fn = _compiled(compiler, model)
     gen = torch.Generator().manual_seed(1)
     batches = [batch_of(gen) for _ in range(warmup + 1)]
@@ -220,7 +327,7 @@ def measure(model_name: str, compiler: str, device: str, large: bool, warmup: in
             out.backward()
         return out
 
-    row = {"model": model_name, "compiler": compiler, "device": device}
+    row = {"model": model_name, "compiler": compiler, "device": device, "amp": amp}
     # torch.compile runs a frame eagerly while a Python dispatch mode is active (as LiveBytes
     # is), so its first call (the compile) runs outside one, and on the CPU its peaks cannot be
     # counted this way at all: those cells stay empty rather than report eager's bytes.
@@ -239,7 +346,16 @@ def measure(model_name: str, compiler: str, device: str, large: bool, warmup: in
     b = batches[warmup]
     exclude = params | {t.untyped_storage().data_ptr() for t in b.values()}
     if loss_of is not None:
-        _, row["saved"] = saved_bytes(lambda: forward(b), exclude)
+        out, row["saved"], largest = saved_bytes(lambda: forward(b), exclude)
+        row["largest_saved"] = largest[:top]
+        out.backward()
+        del out
+        model.zero_grad(set_to_none=True)
+    if not cuda:
+        with RssPeak() as rss:
+            del_out = step(b)
+            del del_out
+        row["rss_peak"] = rss.peak + _arena_bytes()
     for phase, run in (("fw_peak", lambda: forward(b)), ("step_peak", lambda: step(b))):
         model.zero_grad(set_to_none=True)
         if cuda:
@@ -319,10 +435,13 @@ def _arena_bytes() -> int:
     return held_bytes()
 
 
-def measure_step(model_name: str, compiler: str, device: str, large: bool, steps: int) -> dict:
+def measure_step(
+    model_name: str, compiler: str, device: str, large: bool, steps: int, amp: bool = False
+) -> dict:
     """The training step's memory by phase, on the first step and on step `steps` (module doc)."""
     torch.manual_seed(0)
     model, batch_of, loss_of = MODELS[model_name](device, large)
+    loss_of = _autocast(loss_of, device, amp)
     if loss_of is None:
         raise SystemExit(f"--step needs a training model; {model_name} is inference only")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -390,14 +509,16 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--step", action="store_true", help="a whole training step, by phase")
     ap.add_argument("--steps", type=int, default=3, help="with --step: the steady step's number")
+    ap.add_argument("--amp", action="store_true", help="forward under bf16 autocast")
+    ap.add_argument("--top", type=int, default=0, help="list the N largest saved tensors")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "COMPILER"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     large = args.large or args.device == "cuda"
     if args.one:
         if args.step:
-            print(json.dumps(measure_step(*args.one, args.device, large, args.steps)))
+            print(json.dumps(measure_step(*args.one, args.device, large, args.steps, args.amp)))
         else:
-            print(json.dumps(measure(*args.one, args.device, large)))
+            print(json.dumps(measure(*args.one, args.device, large, args.amp, args.top)))
         return 0
     compilers = args.compilers or ("eager,torch,kiln" if args.device == "cuda" else "eager,kiln")
     rows = []
@@ -406,13 +527,19 @@ def main() -> int:
             cmd = [sys.executable, __file__, "--device", args.device, "--one", model_name, compiler]
             cmd += ["--large"] if large else []
             cmd += ["--step", "--steps", str(args.steps)] if args.step else []
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            cmd += ["--amp"] if args.amp else []
+            cmd += ["--top", str(args.top)]
+            # every large tensor its own mapping, returned to the system when freed (no heap
+            # growth that outlives it, no moving threshold): what the RSS peak needs
+            env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             if proc.returncode or not lines:
                 print(f"{model_name} {compiler}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)
                 continue
             rows.append(json.loads(lines[-1]))
-    print(f"device {args.device}, {'issue sizes' if large else 'small sizes'}; MiB")
+    amp = ", bf16 autocast" if args.amp else ""
+    print(f"device {args.device}, {'issue sizes' if large else 'small sizes'}{amp}; MiB")
     if args.step:
         _step_table(rows)
     else:
@@ -424,11 +551,20 @@ def main() -> int:
 
 
 def _table(rows: list[dict]) -> None:
-    print("| model | compiler | saved | fw peak | step peak | kept (CPU) | arena (CPU) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    keys = ("saved", "fw_peak", "step_peak", "rss_peak", "kept", "arena")
+    print(
+        "| model | compiler | saved | fw peak | step peak | rss peak (CPU) | kept (CPU) "
+        "| arena (CPU) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        cells = [r.get(k) for k in ("saved", "fw_peak", "step_peak", "kept", "arena")]
+        cells = [r.get(k) for k in keys]
         print(f"| {r['model']} | {r['compiler']} | " + " | ".join(_fmt(c) for c in cells) + " |")
+    for r in rows:
+        if r.get("largest_saved"):
+            print(f"\nlargest saved, {r['model']} {r['compiler']}:")
+            for nbytes, what, shape, dtype in r["largest_saved"]:
+                print(f"  {nbytes / MIB:8.1f} MiB  {dtype:9s} {list(shape)}  {what}")
 
 
 if __name__ == "__main__":

@@ -148,3 +148,92 @@ def test_an_output_without_gradient_gets_no_zeros_in_the_backward():
             logits_bytes = 64 * 4000 * 4
             assert peak.peak < 2 * logits_bytes, (peak.peak, logits_bytes)
             assert peak.peak <= eager_peak.peak, (peak.peak, eager_peak.peak)
+
+
+class _LmHead(torch.nn.Module):
+    """A language model's head and loss under bf16 autocast: bf16 logits, upcast to float32 for
+    the cross-entropy (`upcast`: explicitly, as Hugging Face's loss does; else autocast's own
+    float32 cross-entropy does it)."""
+
+    def __init__(self, d: int, vocab: int, upcast: bool):
+        super().__init__()
+        self.head = torch.nn.Linear(d, vocab, bias=False)
+        self.upcast = upcast
+
+    def forward(self, h, targets):
+        with torch.autocast("cpu", torch.bfloat16):
+            logits = self.head(h)
+            if self.upcast:
+                logits = logits.float()
+            return F.cross_entropy(logits, targets)
+
+
+def _real(t) -> bool:
+    """A tensor with memory: not a fake or meta one of the compile's tracing (first call)."""
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type != "meta"
+
+
+def _saved_tensors(fn, args, exclude) -> list[torch.Tensor]:
+    """(what `fn(*args)` returns, the distinct tensors autograd saves while it runs, those on
+    the storages in `exclude` left out)."""
+    seen: dict[int, torch.Tensor] = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in exclude:
+            seen.setdefault(t.untyped_storage().data_ptr(), t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*args)
+    return out, list(seen.values())
+
+
+def test_bf16_cross_entropy_saves_the_bf16_logits_not_a_float32_copy():
+    # GPT-2 trained under bf16 autocast: eager saves log_softmax's float32 output (twice the
+    # bf16 logits' bytes; 1.65 GB at 8 x 1024 tokens); kiln saves the bf16 logits and two
+    # floats a row, and recomputes the upcast and the log-softmax in the backward's one kernel.
+    import kiln
+
+    tokens, d, vocab = 256, 16, 2000
+    for upcast in (True, False):
+        torch.manual_seed(0)
+        model = _LmHead(d, vocab, upcast)
+        ref = _LmHead(d, vocab, upcast)
+        ref.load_state_dict(model.state_dict())
+        compiled = kiln.compile(model)
+        for call in range(3):  # the first call is capture's (eager's); then the compiled entry
+            h = torch.randn(tokens, d, requires_grad=True)
+            targets = torch.randint(0, vocab, (tokens,))
+            h_ref = h.detach().clone().requires_grad_()
+            exclude = {t.untyped_storage().data_ptr() for t in (h, targets, model.head.weight)}
+            with LiveBytes(_real) as peak:  # forward and backward
+                loss, saved = _saved_tensors(compiled, (h, targets), exclude)
+                loss.backward()
+            want = ref(h_ref, targets)
+            want.backward()
+            torch.testing.assert_close(loss, want, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(h.grad, h_ref.grad, rtol=1e-2, atol=1e-4)
+            torch.testing.assert_close(
+                model.head.weight.grad, ref.head.weight.grad, rtol=1e-2, atol=1e-4
+            )
+            model.zero_grad(set_to_none=True)
+            ref.zero_grad(set_to_none=True)
+            if not call:
+                continue
+            logits_bf16 = tokens * vocab * 2
+            big_fp32 = [
+                (tuple(t.shape), t.dtype)
+                for t in saved
+                if t.dtype == torch.float32 and t.numel() >= tokens * vocab
+            ]
+            assert not big_fp32, big_fp32
+            # the bf16 logits, the head's bf16 weight and input (the matmul's backward reads
+            # them, as eager's does), a few floats a row
+            bound = logits_bf16 + vocab * d * 2 + tokens * d * 2 + 16 * tokens
+            got = sum(t.untyped_storage().nbytes() for t in saved)
+            assert got <= bound, (got, bound, [(tuple(t.shape), t.dtype) for t in saved])
+            # at most the logits and their gradient (bf16: the backward's one kernel writes it
+            # from the saved logits) alive at once, with the head's weight-sized tensors (its
+            # bf16 copy, its gradient in bf16 and float32): no float32 tensor of the logits' size
+            bound = 2 * logits_bf16 + vocab * d * 8 + 64 * tokens
+            assert peak.peak <= bound, (peak.peak, bound)
