@@ -71,6 +71,7 @@ CUDA = Device(
         "unfuse_bias_adds",
         "scatter_embedding_grads",
         "pad_matmuls",
+        "matvec_reductions",
         "channels_last_convolutions",
         "merge_repeats",
     ),

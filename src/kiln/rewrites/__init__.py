@@ -13,6 +13,7 @@ Passes (one file each):
   scatter_embedding_grads   embedding_grad.py tied/position embedding gradients without ATen's
                                               fill-and-add
   pad_matmuls               pad_mm.py         GPU matmuls padded to 16-byte aligned widths
+  matvec_reductions         matvec.py         GPU one-row matmuls as float32 reductions
   channels_last_convolutions conv_layout.py   convolutions read channels-last inputs
   merge_repeats             cse.py            calls that repeat earlier equal calls are merged
 
@@ -86,6 +87,15 @@ def _after(name: str, count: int, gm: torch.fx.GraphModule) -> Callable[[], str]
 
 
 # the passes register themselves on import
-from . import bias_add, conv_layout, cse, embedding_grad, meta, pad_mm, restride  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    bias_add,
+    conv_layout,
+    cse,
+    embedding_grad,
+    matvec,
+    meta,
+    pad_mm,
+    restride,
+)
 
 __all__ = ["REWRITES", "Rewrite", "check_names", "rewrite", "run_rewrites"]
