@@ -109,5 +109,7 @@ def _fake_values(nodes: list[torch.fx.Node], mode: FakeTensorMode) -> None:
 
     for n in nodes:
         args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), value)
+        op = n.target
+        assert callable(op)  # every node made here calls an ATen op
         with mode:
-            vals[n] = n.meta["val"] = n.target(*args, **kwargs)
+            vals[n] = n.meta["val"] = op(*args, **kwargs)
