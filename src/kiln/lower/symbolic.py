@@ -17,6 +17,8 @@ schedule/ and codegen/ all read sizes the same way.
 
 from __future__ import annotations
 
+import math
+
 import sympy
 import torch
 
@@ -52,6 +54,7 @@ __all__ = [
     "graph_hints",
     "hint",
     "is_symbolic",
+    "size_bounds",
     "sizes_of",
     "using_hints",
 ]
@@ -153,3 +156,43 @@ def graph_hints(values) -> dict:
                 table = env.var_to_val
             return {k: int(val) for k, val in table.items() if str(k).startswith("s")}
     return {}
+
+
+def size_bounds(expr) -> tuple[float, float]:
+    """(lowest, highest) value of a size expression for every size (shape symbols are
+    nonnegative integers), `-inf`/`inf` where unknown: `8 - ModularIndexing(s0, 8)` is within
+    [1, 8]. What sympy's own assumptions cannot tell (they know no upper bound of a remainder);
+    a correctness decision (the sign of a padding) may rely on it, as it holds for every size."""
+    if not isinstance(expr, sympy.Basic):
+        return (expr, expr)
+    if expr.is_Number:
+        return (float(expr), float(expr))
+    if expr.is_Symbol:
+        return (0.0, math.inf) if expr.is_nonnegative else (-math.inf, math.inf)
+    if isinstance(expr, ModularIndexing):
+        hi = size_bounds(expr.args[1])[1]
+        return (0.0, hi - 1 if hi < math.inf else math.inf)
+    if isinstance(expr, FloorDiv):
+        (a_lo, a_hi), (b_lo, _) = (size_bounds(a) for a in expr.args)
+        if a_lo >= 0 and b_lo >= 1:
+            return (0.0, a_hi / b_lo if a_hi < math.inf else math.inf)
+        return (-math.inf, math.inf)
+    if isinstance(expr, sympy.Add):
+        parts = [size_bounds(a) for a in expr.args]
+        return (sum(p[0] for p in parts), sum(p[1] for p in parts))
+    if isinstance(expr, sympy.Mul):
+        lo, hi = 1.0, 1.0
+        for a in expr.args:
+            a_lo, a_hi = size_bounds(a)
+            products = [x * y for x in (lo, hi) for y in (a_lo, a_hi) if not _zero_inf(x, y)]
+            lo, hi = (min(products), max(products)) if products else (-math.inf, math.inf)
+        return (lo, hi)
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        parts = [size_bounds(a) for a in expr.args]
+        pick = max if isinstance(expr, sympy.Max) else min
+        return (pick(p[0] for p in parts), pick(p[1] for p in parts))
+    return (-math.inf, math.inf)
+
+
+def _zero_inf(x: float, y: float) -> bool:
+    return (x == 0 and math.isinf(y)) or (y == 0 and math.isinf(x))

@@ -21,7 +21,7 @@ from . import ops
 from .indexing import clamp, index_vars, reshape_indexer
 from .ir import BufRef, compute_dtype
 from .registry import Unsupported, register_lowering
-from .symbolic import from_torch, is_symbolic
+from .symbolic import from_torch, is_symbolic, size_bounds
 
 
 def _dim(d: int, ndim: int) -> int:
@@ -185,8 +185,8 @@ def _in_range(var, lo, hi):
 def _pad(ctx, x, pad, value=0):
     size, out_dtype = ctx.out_size, ctx.out_dtype
     own = ctx.size(x)
-    if any(p < 0 for p in pad):
-        raise Unsupported("negative padding")
+    if any(size_bounds(p)[0] < 0 for p in pad):
+        raise Unsupported("negative padding (or a symbolic one not provably nonnegative)")
     vs = index_vars(len(size))
     idx, inside = list(vs), None
     for k in range(len(pad) // 2):
