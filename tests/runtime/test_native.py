@@ -70,6 +70,70 @@ def test_as_strided_refuses_what_torch_refuses():
         make(torch.randn(3), (2, 2), (1,))  # size and stride of different lengths
 
 
+def test_empty_strided_is_torch_empty_strided():
+    make = native.empty_strided()
+    assert make is not native.python_empty_strided
+    cpu = torch.device("cpu")
+    for size, stride, dtype in (
+        ((6, 7), (7, 1), torch.float32),
+        ((7, 6), (1, 7), torch.bfloat16),
+        ((3, 1, 4), (4, 0, 1), torch.int64),
+        ((0, 5), (5, 1), torch.float16),
+        ((), (), torch.bool),
+    ):
+        got = make(size, stride, dtype, cpu)
+        want = torch.empty_strided(size, stride, dtype=dtype, device=cpu)
+        assert (got.shape, got.stride(), got.dtype, got.device) == (
+            want.shape,
+            want.stride(),
+            want.dtype,
+            want.device,
+        )
+        assert got.untyped_storage().nbytes() == want.untyped_storage().nbytes()
+        assert not got.requires_grad and got._base is None
+    with pytest.raises(TypeError, match="torch.dtype"):
+        make((2,), (1,), "float32", cpu)
+    with pytest.raises(TypeError):
+        make((2, "a"), (1, 1), torch.float32, cpu)
+    with pytest.raises(RuntimeError, match="negative dimension"):
+        make((2, -3), (3, 1), torch.float32, cpu)
+
+
+def test_a_triton_wrapper_built_before_loading_takes_both_native_makers_once_loaded(
+    monkeypatch,
+):
+    """The Triton path's wrapper allocates with `_empty` and views with `_as_strided`; one built
+    while the module was being built takes the Python ones and both turn native on loading."""
+    from kiln.codegen.triton import load as triton_load
+
+    module = native._state["module"]
+    monkeypatch.setitem(native._state, "module", None)
+    monkeypatch.setitem(native._state, "status", "building")
+    monkeypatch.setattr(native, "_later", [])
+    data = {"device": "cpu", "externs": {}, "constants": {}}
+    ns = triton_load._namespace(None, [], data, torch.device("cpu"))
+    assert ns["_empty"] is native.python_empty_strided and ns["_as_strided"] is torch.as_strided
+    source = (
+        "def call(args):\n"
+        "    x, = args\n"
+        "    y = _empty((2, 3), (1, 2), torch.float32, _default_device)\n"
+        "    y.copy_(_as_strided(x, (2, 3), (1, 2), 1))\n"
+        "    return (y,)\n"
+    )
+    exec(source, ns)
+    call = ns["call"]
+    native.upgrade_wrapper(call)
+    x = torch.randn(8)
+    want = torch.as_strided(x, (2, 3), (1, 2), 1)
+    (before,) = call([x])
+    with native._lock:
+        native._loaded(module)
+    assert ns["_empty"] is module.empty_strided and ns["_as_strided"] is module.as_strided
+    (after,) = call([x])
+    for got in (before, after):
+        assert got.stride() == (1, 2) and torch.equal(got, want)
+
+
 def test_bad_rows_are_refused_with_a_reason():
     module = native._state["module"]
     with pytest.raises(ValueError, match="tensor row is"):
