@@ -174,6 +174,7 @@ def compile_graph_strict(
         mutations=_mutation_names(graph, mutated_inputs or {}),
         horizontal=caps.horizontal,
         small_arena=caps.small_arena,
+        many_programs=caps.many_programs,
     )
     kernels = gen.render(sched, options)
     logs.log("passes", lambda: f"after render ({gen.kernel_language}):\n{kernels.source}")

@@ -73,6 +73,14 @@ class Capabilities:
     small_arena: without `arena`, intermediates of at most this many bytes (one-value ones)
         live in a block the wrapper keeps from call to call (schedule/arena.py
         `plan_small_arena`); 0: none do.
+    many_programs: kernels run as many short programs (GPU blocks) at once, each computing a
+        block of elements: a one-value expression costs once per program, not per element, so
+        a cheap one-value producer (an optimizer's bias correction from its step count) is
+        recomputed by its readers instead of stored by a kernel of its own (schedule/realize.py);
+        and a kernel's independent member sets run as horizontal parts, each in programs of
+        its own, rather than one after another in every program (schedule/wide.py). False on
+        the CPU: its threads each walk one loop nest over every set, where a one-value
+        expression inlined in the loop is computed per element.
     """
 
     dtypes: frozenset = LOOP_DTYPES
@@ -82,6 +90,7 @@ class Capabilities:
     symbolic_sizes: bool = False
     horizontal: int = 0
     small_arena: int = 0
+    many_programs: bool = False
 
 
 class CodeGen(Protocol):

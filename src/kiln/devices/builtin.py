@@ -64,6 +64,8 @@ CUDA = Device(
         horizontal=128,
         # one-value intermediates (an optimizer step's bias corrections): no allocation a call
         small_arena=64,
+        # one-value values recomputed per program, member sets as parts (Capabilities doc)
+        many_programs=True,
     ),
     rewrites=(
         "functionalize_restrides",

@@ -57,6 +57,7 @@ def schedule(
     mutations: Mapping[str, str] | None = None,
     horizontal: int = 0,
     small_arena: int = 0,
+    many_programs: bool = False,
 ) -> Schedule:
     """`out_externs`: extern targets the renderer calls with `out=` (see memory.py);
     `arena`: place the intermediates in one block the wrapper keeps between calls (arena.py);
@@ -64,10 +65,20 @@ def schedule(
     the caller would copy into them (written in place where safe: inplace.py);
     `horizontal`: the most buffer arguments of a horizontal kernel (horizontal.py), 0 for
     none; `small_arena` (without `arena`): the largest intermediate, in bytes, kept in a block
-    between calls (arena.py `plan_small_arena`), 0 for none."""
+    between calls (arena.py `plan_small_arena`), 0 for none; `many_programs`: the device runs
+    kernels as many short programs (devices `Capabilities.many_programs`: one-value producers
+    recomputed by their readers, realize.py; independent member sets as parts, wide.py)."""
     with using_hints(graph.hints):
         return _schedule(
-            graph, fuel, verify_ir, out_externs, arena, mutations or {}, horizontal, small_arena
+            graph,
+            fuel,
+            verify_ir,
+            out_externs,
+            arena,
+            mutations or {},
+            horizontal,
+            small_arena,
+            many_programs,
         )
 
 
@@ -80,6 +91,7 @@ def _schedule(
     mutations: Mapping[str, str],
     horizontal: int = 0,
     small_arena: int = 0,
+    many_programs: bool = False,
 ) -> Schedule:
     budget = Fuel(fuel)
 
@@ -89,9 +101,9 @@ def _schedule(
 
     graph = after("eliminate_dead", eliminate_dead(graph))
     graph = after("materialize_views", materialize_views(graph))
-    graph = after("inline_pointwise", inline_pointwise(graph, budget))
+    graph = after("inline_pointwise", inline_pointwise(graph, budget, many_programs))
     graph = after("eliminate_dead", eliminate_dead(graph))
-    fused = split_wide(graph, fuse(graph, budget), horizontal)
+    fused = split_wide(graph, fuse(graph, budget), horizontal, many_programs)
     fused = group_horizontally(graph, fused, horizontal, budget)
     steps = plan_memory(graph, fused, out_externs, inplace_outputs(graph, fused, mutations))
     if arena:

@@ -46,7 +46,7 @@ from ..lower.ir import (
     walk,
 )
 from ..lower.ops import costly_count
-from ..lower.symbolic import hint
+from ..lower.symbolic import hint, is_symbolic
 from .fuel import Fuel
 
 INLINE_MAX_OPS = 24  # a pointwise read by several nodes is recomputed by each while this cheap
@@ -54,6 +54,11 @@ INLINE_MAX_OPS = 24  # a pointwise read by several nodes is recomputed by each w
 # value would be computed again for every element of the reader that reads it, and this many
 # recomputed values more is worth a kernel of its own.
 BROADCAST_RECOMPUTE_MIN = 4096
+# ...except a one-value pointwise on a device of many short programs (`many_programs`): a
+# kernel computes a one-value expression once per program, not per element (Triton: a [1]
+# block), so inlined it costs a few instructions a program where stored it costs a kernel of
+# its own and a load. GPT-2's AdamW step spent three of its fourteen launches computing
+# 1 - beta ** step for each parameter's bias corrections.
 # A pointwise that one reader loads at more positions than this (a pooling window) is stored,
 # unless it only moves a value: inlined, it would be computed again at every position. The
 # fused batch norm, ReLU and 3x3 max-pool of ResNet-50's stem took 300 us on the H200; stored
@@ -151,7 +156,11 @@ def _compute(dtype: torch.dtype) -> torch.dtype:
 
 
 def _must_realize(
-    node: Pointwise, readers: list[str], nodes: dict[str, Node], indices: set[str]
+    node: Pointwise,
+    readers: list[str],
+    nodes: dict[str, Node],
+    indices: set[str],
+    many_programs: bool = False,
 ) -> str | None:
     """Why `node` needs its own buffer, or None if it can be inlined into every reader."""
     if "<output>" in readers:
@@ -168,7 +177,14 @@ def _must_realize(
         return (
             f"read by {len(readers)} nodes and costs {op_count(node.body)} ops (> {INLINE_MAX_OPS})"
         )
+    if many_programs and _one_value(node):
+        return None
     return _broadcast_recompute(node, [nodes[u] for u in readers])
+
+
+def _one_value(node: Pointwise) -> bool:
+    size = math.prod(node.size)
+    return not is_symbolic(size) and int(size) == 1
 
 
 def _window_reads(node: Pointwise, readers: list[str], nodes: dict[str, Node]) -> str | None:
@@ -273,7 +289,10 @@ class _Lifetimes:
         return None
 
 
-def inline_pointwise(graph: LoopGraph, fuel: Fuel) -> LoopGraph:
+def inline_pointwise(graph: LoopGraph, fuel: Fuel, many_programs: bool = False) -> LoopGraph:
+    """The graph with every pointwise node that needs no buffer of its own (`_must_realize`)
+    substituted into its readers; `many_programs`: the device computes one-value expressions
+    once per program (`BROADCAST_RECOMPUTE_MIN`'s note)."""
     readers = users(graph)
     nodes = graph.node_map()
     indices = index_sources(graph)
@@ -285,7 +304,7 @@ def inline_pointwise(graph: LoopGraph, fuel: Fuel) -> LoopGraph:
         if isinstance(node, (Pointwise, Reduction)):
             node = _with_body(node, _substitute_loads(node.body, inlined, memo))
         if isinstance(node, Pointwise):
-            why = _must_realize(node, readers[node.name], nodes, indices)
+            why = _must_realize(node, readers[node.name], nodes, indices, many_programs)
             why = why or lifetimes.realize_reason(node)
             if why is None and not fuel.take(f"inline {node.name}"):
                 why = "out of fuel"

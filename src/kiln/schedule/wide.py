@@ -14,8 +14,15 @@ kernel's length (that kernel took 37 s to build for sm_90, twelve tensors' worth
 768 elements ran as one program on one multiprocessor. Split, each tensor's update is a part
 of a horizontal kernel of its own program ids.
 
-A kernel within the cap keeps its members, reordered so that each independent set's members
-come one after another: in graph order, a foreach step's kernel computed every tensor's first
+On a device of many short programs (a GPU: `Capabilities.many_programs`) every such kernel is
+split, within the cap too: one after another in each program, the sets made each program move
+their bytes all together (twelve tensors' updates, 344 KB a program for GPT-2's 768 x 3072
+AdamW tensors), so a launch was a few long programs whose last wave left most of the device
+idle (twelve 2304-element vectors ran as three programs, 2304 x 768 matrices as 2304 programs,
+one wave and a ninth); as parts, each tensor's blocks are programs of their own.
+
+Elsewhere (the CPU) a kernel within the cap keeps its members, reordered so that each
+independent set's members come one after another: in graph order, a foreach step's kernel computed every tensor's first
 moment, then every second moment, then every update, and kept each tensor's values live across
 all the others' (GPT-2's twelve 768 x 3072 tensors in one kernel: 255 registers and 712 bytes
 of spills a thread on sm_90, built for 2 warps; 218 registers at 4); a set at a time, only one
@@ -37,8 +44,11 @@ from .fusion import Kernel, Step
 from .horizontal import kernel_reads
 
 
-def split_wide(graph: LoopGraph, steps: tuple[Step, ...], max_args: int) -> tuple[Step, ...]:
-    """`steps` with kernels over `max_args` buffer arguments split (module doc)."""
+def split_wide(
+    graph: LoopGraph, steps: tuple[Step, ...], max_args: int, many_programs: bool = False
+) -> tuple[Step, ...]:
+    """`steps` with kernels over `max_args` buffer arguments split (module doc), every kernel
+    of independent sets split on a device of `many_programs`."""
     if max_args <= 0:
         return steps
     nodes = graph.node_map()
@@ -53,15 +63,18 @@ def split_wide(graph: LoopGraph, steps: tuple[Step, ...], max_args: int) -> tupl
             out.append(step)
             continue
         args = len(kernel_reads(step, nodes) | {m.name for m in step.members})
-        if args <= max_args:  # one kernel still, its sets one after another
+        if args <= max_args and not many_programs:  # one kernel, its sets one after another
             members = tuple(m for p in pieces for m in p.members)
             out.append(Kernel(step.name, step.outer, step.inner, members, step.local))
             continue
         split = True
+        why = (
+            f"it would take {args} buffer arguments, more than the device's {max_args}"
+            if args > max_args
+            else "each set runs in programs of its own (a device of many short programs)"
+        )
         logs.log(
-            "schedule",
-            f"{step.name} split into {len(pieces)} kernels of independent members: it "
-            f"would take {args} buffer arguments, more than the device's {max_args}",
+            "schedule", f"{step.name} split into {len(pieces)} kernels of independent members: {why}"
         )
         out += pieces
     return tuple(_renumbered(out)) if split else tuple(out)
