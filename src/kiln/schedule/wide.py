@@ -22,18 +22,18 @@ idle (twelve 2304-element vectors ran as three programs, 2304 x 768 matrices as 
 one wave and a ninth); as parts, each tensor's blocks are programs of their own.
 
 Elsewhere (the CPU) a kernel within the cap keeps its members, reordered so that each
-independent set's members come one after another: in graph order, a foreach step's kernel computed every tensor's first
-moment, then every second moment, then every update, and kept each tensor's values live across
-all the others' (GPT-2's twelve 768 x 3072 tensors in one kernel: 255 registers and 712 bytes
-of spills a thread on sm_90, built for 2 warps; 218 registers at 4); a set at a time, only one
-tensor's values are live at once.
+independent set's members come one after another: in graph order, a foreach step's kernel
+computed every tensor's first moment, then every second moment, then every update, and kept
+each tensor's values live across all the others' (GPT-2's twelve 768 x 3072 tensors in one
+kernel: 255 registers and 712 bytes of spills a thread on sm_90, built for 2 warps; 218
+registers at 4); a set at a time, only one tensor's values are live at once.
 
 Rules: only kernels of pointwise members are split or reordered (a reduction's rows are not
 independent work); a member stays with every member it reads and every member that reads it
 (through views too), so each new kernel computes what it did before, in the same order; sets are
 never merged back past the cap, each is its own kernel (horizontal.py packs them). A kernel at
-or under the cap is only reordered; a cap of 0 (a device without horizontal kernels) leaves every
-kernel alone. Each split is logged under `KILN_LOGS=schedule`.
+or under the cap is only reordered (but for `many_programs`); a cap of 0 (a device without
+horizontal kernels) leaves every kernel alone. Each split is logged under `KILN_LOGS=schedule`.
 """
 
 from __future__ import annotations
@@ -73,9 +73,7 @@ def split_wide(
             if args > max_args
             else "each set runs in programs of its own (a device of many short programs)"
         )
-        logs.log(
-            "schedule", f"{step.name} split into {len(pieces)} kernels of independent members: {why}"
-        )
+        logs.log("schedule", f"{step.name} split into {len(pieces)} independent kernels: {why}")
         out += pieces
     return tuple(_renumbered(out)) if split else tuple(out)
 
