@@ -71,7 +71,7 @@ def group_horizontally(
             open_ = []  # no group spans an extern call
             continue
         assert isinstance(step, Kernel)
-        why = _not_a_part(step, nodes)
+        why = not_a_part(step, nodes)
         if why:
             logs.log("schedule", f"{step.name} not grouped: {why}")
             continue
@@ -126,7 +126,9 @@ def kernel_reads(kernel: Kernel, nodes: dict[str, Node]) -> set[str]:
     return out
 
 
-def _not_a_part(kernel: Kernel, nodes: dict[str, Node]) -> str:
+def not_a_part(kernel: Kernel, nodes: dict[str, Node]) -> str:
+    """Why `kernel` cannot be a part of a horizontal kernel ("" when it can); the graph's
+    symbolic sizes are checked apart (`group_horizontally`)."""
     if kernel.parts:
         return "already a group"
     if kernel.local:

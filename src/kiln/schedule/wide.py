@@ -14,12 +14,13 @@ kernel's length (that kernel took 37 s to build for sm_90, twelve tensors' worth
 768 elements ran as one program on one multiprocessor. Split, each tensor's update is a part
 of a horizontal kernel of its own program ids.
 
-On a device of many short programs (a GPU: `Capabilities.many_programs`) every such kernel is
-split, within the cap too: one after another in each program, the sets made each program move
-their bytes all together (twelve tensors' updates, 344 KB a program for GPT-2's 768 x 3072
-AdamW tensors), so a launch was a few long programs whose last wave left most of the device
-idle (twelve 2304-element vectors ran as three programs, 2304 x 768 matrices as 2304 programs,
-one wave and a ninth); as parts, each tensor's blocks are programs of their own.
+On a device of many short programs (a GPU: `Capabilities.many_programs`) every such kernel
+whose sets can be horizontal parts is split, within the cap too: one after another in each
+program, the sets made each program move their bytes all together (twelve tensors' updates,
+344 KB a program for GPT-2's 768 x 3072 AdamW tensors), so a launch was a few long programs
+whose last wave left most of the device idle (twelve 2304-element vectors ran as three
+programs, 2304 x 768 matrices as 2304 programs, one wave and a ninth); as parts, each
+tensor's blocks are programs of their own.
 
 Elsewhere (the CPU) a kernel within the cap keeps its members, reordered so that each
 independent set's members come one after another: in graph order, a foreach step's kernel
@@ -41,7 +42,7 @@ from __future__ import annotations
 from .. import logs
 from ..lower.ir import LoopGraph, Node, Pointwise, View, loads
 from .fusion import Kernel, Step
-from .horizontal import kernel_reads
+from .horizontal import kernel_reads, not_a_part
 
 
 def split_wide(
@@ -63,7 +64,8 @@ def split_wide(
             out.append(step)
             continue
         args = len(kernel_reads(step, nodes) | {m.name for m in step.members})
-        if args <= max_args and not many_programs:  # one kernel, its sets one after another
+        if args <= max_args and not (many_programs and _groupable(graph, pieces, nodes)):
+            # one kernel, its sets one after another
             members = tuple(m for p in pieces for m in p.members)
             out.append(Kernel(step.name, step.outer, step.inner, members, step.local))
             continue
@@ -113,6 +115,12 @@ def _independent(kernel: Kernel, nodes: dict[str, Node]) -> list[Kernel]:
         )
         for ms in sets.values()
     ]
+
+
+def _groupable(graph: LoopGraph, pieces: list[Kernel], nodes: dict[str, Node]) -> bool:
+    """Could horizontal.py run the pieces side by side as parts? Else split they would be
+    a launch each (a graph of symbolic sizes has no horizontal kernels)."""
+    return not graph.symbolic and not any(not_a_part(p, nodes) for p in pieces)
 
 
 def _renumbered(steps: list[Step]) -> list[Step]:
