@@ -103,8 +103,11 @@ def _schedule(
     graph = after("materialize_views", materialize_views(graph))
     graph = after("inline_pointwise", inline_pointwise(graph, budget, many_programs))
     graph = after("eliminate_dead", eliminate_dead(graph))
-    fused = split_wide(graph, fuse(graph, budget), horizontal, many_programs)
-    fused = group_horizontally(graph, fused, horizontal, budget)
+    # a GPU's renderer passes a mutated input and the new value written into it as one
+    # argument (codegen/triton/module.py); the C++ one passes both
+    one_arg = mutations if many_programs else None
+    fused = split_wide(graph, fuse(graph, budget), horizontal, many_programs, one_arg)
+    fused = group_horizontally(graph, fused, horizontal, budget, one_arg)
     steps = plan_memory(graph, fused, out_externs, inplace_outputs(graph, fused, mutations))
     if arena:
         kept = plan_arena(graph, steps)

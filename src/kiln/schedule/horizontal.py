@@ -33,6 +33,7 @@ does not leave the others' workers idle.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .. import logs
@@ -51,10 +52,15 @@ class _Group:
 
 
 def group_horizontally(
-    graph: LoopGraph, steps: tuple[Step, ...], max_args: int, fuel: Fuel
+    graph: LoopGraph,
+    steps: tuple[Step, ...],
+    max_args: int,
+    fuel: Fuel,
+    mutations: Mapping[str, str] | None = None,
 ) -> tuple[Step, ...]:
     """`steps` with groups of independent pointwise kernels combined (module doc);
-    `max_args` <= 0: no grouping (a device whose renderer has no horizontal kernels)."""
+    `max_args` <= 0: no grouping (a device whose renderer has no horizontal kernels);
+    `mutations` ({output: input}) as `kernel_args` counts them."""
     if max_args <= 0:
         return steps
     if graph.symbolic:
@@ -76,7 +82,7 @@ def group_horizontally(
             logs.log("schedule", f"{step.name} not grouped: {why}")
             continue
         reads = kernel_reads(step, nodes)
-        args = reads | {m.name for m in step.members}
+        args = kernel_args(step, nodes, mutations, reads)
         ready = max((step_of[b] for b in reads if b in step_of), default=-1)
         key = tuple(sorted({dtype_str(member_node(nodes, m.name).dtype) for m in step.members}))
         joined = None
@@ -124,6 +130,21 @@ def kernel_reads(kernel: Kernel, nodes: dict[str, Node]) -> set[str]:
             if name not in inside:
                 out.add(name)
     return out
+
+
+def kernel_args(
+    kernel: Kernel,
+    nodes: dict[str, Node],
+    mutations: Mapping[str, str] | None = None,
+    reads: set[str] | None = None,
+) -> set[str]:
+    """The buffers the kernel takes as arguments; the new value of a mutated input
+    (`mutations`: {output: input}) counts as the input, which it is most often written into
+    (inplace.py) and then passed as (the Triton renderer passes the one pointer once). Where
+    the write is refused, the kernel takes one argument more than counted."""
+    mutations = mutations or {}
+    reads = kernel_reads(kernel, nodes) if reads is None else reads
+    return {mutations.get(b, b) for b in reads | {m.name for m in kernel.members}}
 
 
 def not_a_part(kernel: Kernel, nodes: dict[str, Node]) -> str:

@@ -39,17 +39,24 @@ horizontal kernels) leaves every kernel alone. Each split is logged under `KILN_
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .. import logs
 from ..lower.ir import LoopGraph, Node, Pointwise, View, loads
 from .fusion import Kernel, Step
-from .horizontal import kernel_reads, not_a_part
+from .horizontal import kernel_args, not_a_part
 
 
 def split_wide(
-    graph: LoopGraph, steps: tuple[Step, ...], max_args: int, many_programs: bool = False
+    graph: LoopGraph,
+    steps: tuple[Step, ...],
+    max_args: int,
+    many_programs: bool = False,
+    mutations: Mapping[str, str] | None = None,
 ) -> tuple[Step, ...]:
     """`steps` with kernels over `max_args` buffer arguments split (module doc), every kernel
-    of independent sets split on a device of `many_programs`."""
+    of independent sets split on a device of `many_programs`; arguments are counted as
+    horizontal.py `kernel_args` counts them (`mutations`: {output: input})."""
     if max_args <= 0:
         return steps
     nodes = graph.node_map()
@@ -63,7 +70,7 @@ def split_wide(
         if len(pieces) == 1:
             out.append(step)
             continue
-        args = len(kernel_reads(step, nodes) | {m.name for m in step.members})
+        args = len(kernel_args(step, nodes, mutations))
         if args <= max_args and not (many_programs and _groupable(graph, pieces, nodes)):
             # one kernel, its sets one after another
             members = tuple(m for p in pieces for m in p.members)

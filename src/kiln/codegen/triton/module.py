@@ -10,11 +10,12 @@ horizontal.py (which builds on it) need not import each other.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from ... import trace
 from ...lower.symbolic import is_symbolic, using_hints
-from ...schedule import Kernel, Schedule
+from ...schedule import Alloc, Kernel, Schedule
 from .horizontal import render_group
 from .kernel import TritonKernel, TritonModule
 from .ops import prelude
@@ -47,6 +48,8 @@ def render_module(
             for part in (main, main.finish, main.looped)
             if part is not None
         )
+    into = {s.name: s.into for s in sched.steps if isinstance(s, Alloc) and s.into}
+    kernels = tuple(_into_inputs(k, into) for k in kernels)
     first: dict[str, TritonKernel] = {}
     same_as: dict[str, str] = {}
     parts = []
@@ -59,6 +62,29 @@ def render_module(
             parts.append(f"{k.name} = {original.name}  # the same code as {original.name}")
     source = prelude(interpret) + "\n\n" + "\n\n\n".join(parts) + "\n"
     return TritonModule(kernels, source, same_as)
+
+
+def _into_inputs(kernel: TritonKernel, into: dict[str, str]) -> TritonKernel:
+    """`kernel` with each output written into a mutated input (schedule/inplace.py: the
+    wrapper binds `buf = arg`) read and written through the input's own parameter: one pointer
+    argument where there were two, so a horizontal kernel takes a parameter, not three, for
+    each of an optimizer's in-place tensors (schedule/horizontal.py `kernel_args` counts so)."""
+    if not any(p in into for p in kernel.params):
+        return kernel
+    names = {p: into[p] for p in kernel.params if p in into}
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    source = pattern.sub(lambda m: names[m.group(0)], kernel.source)
+    head = re.search(r"def \w+\((.*?)\):", source, re.S)
+    assert head is not None, kernel.name
+    args = ", ".join(dict.fromkeys(a.strip() for a in head.group(1).split(",")))
+    source = source[: head.start(1)] + args + source[head.end(1) :]
+    return dataclasses.replace(
+        kernel,
+        params=tuple(dict.fromkeys(names.get(p, p) for p in kernel.params)),
+        source=source,
+        finish=kernel.finish and _into_inputs(kernel.finish, into),
+        looped=kernel.looped and _into_inputs(kernel.looped, into),
+    )
 
 
 def _canonical(kernel: TritonKernel) -> str:
