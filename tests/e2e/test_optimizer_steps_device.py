@@ -303,19 +303,11 @@ def _gpt2_small_shapes() -> list[tuple[int, ...]]:
     return shapes + [(d,), (d,)]  # ln_f
 
 
-def test_gpt2_small_adamw_step_kernels_stay_within_the_argument_cap():
-    """The Triton code of GPT-2 small's AdamW step (its 148 parameter shapes, fake CUDA tensors,
-    as test_cuda_graph_of_a_step_reads_a_scheduled_lr_in_its_kernels makes it): no kernel takes
-    more buffer arguments than the device's horizontal cap (schedule/wide.py), so none reaches
-    the native launch's 512 and none is a straight-line kernel Triton takes long to build. Fused
-    by size, the 74 vectors of 768 made one kernel of 594 arguments on one program (37 s to
-    build for sm_90), and the counts and bias corrections one of 398."""
+def _gpt2_small_adamw_code() -> str:
+    """The output_code log of GPT-2 small's AdamW step (its 148 parameter shapes, fake CUDA
+    tensors, as test_cuda_graph_of_a_step_reads_a_scheduled_lr_in_its_kernels makes it)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from kiln.devices.builtin import CUDA
-    from kiln.runtime.triton_native_launcher import MAX_PARAMS
-
-    cap = CUDA.capabilities.horizontal
     with FakeTensorMode() as mode:
         params = [torch.empty(s, device="cuda").requires_grad_() for s in _gpt2_small_shapes()]
         for p in params:
@@ -337,12 +329,56 @@ def test_gpt2_small_adamw_step_kernels_stay_within_the_argument_cap():
     with mode:
         kiln.compile(opt.step, backend=grab)()
         gm, example_inputs = graphs[-1]
-        code = _logged(lambda: inductor(gm, list(example_inputs)))
+        return _logged(lambda: inductor(gm, list(example_inputs)))
+
+
+def _parts(src: str) -> list[str]:
+    """A Triton kernel's horizontal parts (the branches on its program id), or the kernel."""
+    return re.split(r"\n    (?:el)?if gpid < \d+:", src)[1:] or [src]
+
+
+def test_gpt2_small_adamw_step_kernels_stay_within_the_argument_cap():
+    """GPT-2 small's AdamW step on the GPU: no kernel takes more buffer arguments than the
+    device's horizontal cap (schedule/wide.py), so none reaches the native launch's 512 and
+    none is a straight-line kernel Triton takes long to build. Fused by size, the 74 vectors of
+    768 made one kernel of 594 arguments on one program (37 s to build for sm_90), and the
+    counts and bias corrections one of 398."""
+    from kiln.devices.builtin import CUDA
+    from kiln.runtime.triton_native_launcher import MAX_PARAMS
+
+    cap = CUDA.capabilities.horizontal
+    code = _gpt2_small_adamw_code()
     params_of = _params(code)
     assert len(params_of) >= 4, code[-3000:]
     assert max(params_of.values()) <= cap + 1 < MAX_PARAMS, params_of  # (+1: XBLOCK)
     assert "extern call" not in code, code[-3000:]
-    assert _launches(code) <= 14, _launches(code)
+
+
+def test_gpt2_small_adamw_step_is_few_launches_of_one_tensor_a_program():
+    """The shape of GPT-2 small's AdamW step on the GPU (148 tensors, 124.4 M elements): every
+    program of a tensor kernel updates one block of one tensor (horizontal parts: a program
+    walking twelve tensors moved 344 KB, and a launch of such programs ended in a long last
+    wave), the bias corrections 1 - beta ** step are computed by those programs from the step
+    count (schedule/realize.py; three launches of one-value members computed them before), and
+    each in-place tensor is one kernel argument (codegen/triton/module.py), so the step is at
+    most 8 launches, was 14. The one launch of one-value members left adds 1 to step counts
+    that later launches read: a program of a tensor's update cannot store its count's new value
+    while other programs may still read the old one."""
+    code = _gpt2_small_adamw_code()
+    kernels = {k: src for k, src in _kernels(code).items() if k.startswith("kernel")}
+    assert _launches(code) <= 8, _launches(code)
+    one_value = []
+    for name, src in kernels.items():
+        parts = _parts(src)
+        if all(re.search(r"xnumel(_p\d+)? = 1\n", p) for p in parts):
+            one_value.append(name)
+        for part in parts:
+            stores = re.findall(r"tl\.store\((\w+) \+ \(([^)]*)\)", part)
+            elementwise = [buf for buf, index in stores if "xindex" in index and "0*" not in index]
+            assert len(elementwise) <= 3, (name, elementwise)  # p, exp_avg, exp_avg_sq
+    assert len(one_value) <= 1, one_value
+    for name in one_value:  # the counts' increments, and nothing else
+        assert "pow" not in kernels[name] and "sqrt" not in kernels[name], kernels[name][:3000]
 
 
 @pytest.mark.parametrize("options", [None, TRITON], ids=["cpp", "triton"])
