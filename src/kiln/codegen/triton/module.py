@@ -68,7 +68,8 @@ def _into_inputs(kernel: TritonKernel, into: dict[str, str]) -> TritonKernel:
     """`kernel` with each output written into a mutated input (schedule/inplace.py: the
     wrapper binds `buf = arg`) read and written through the input's own parameter: one pointer
     argument where there were two, so a horizontal kernel takes a parameter, not three, for
-    each of an optimizer's in-place tensors (schedule/horizontal.py `kernel_args` counts so)."""
+    each of an optimizer's in-place tensors (schedule/horizontal.py `kernel_args` counts so).
+    (The input stays bound in the wrapper to its end: memory.py pins an input written into.)"""
     if not any(p in into for p in kernel.params):
         return kernel
     names = {p: into[p] for p in kernel.params if p in into}
