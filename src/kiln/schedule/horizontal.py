@@ -84,7 +84,7 @@ def group_horizontally(
         reads = kernel_reads(step, nodes)
         args = kernel_args(step, nodes, mutations, reads)
         ready = max((step_of[b] for b in reads if b in step_of), default=-1)
-        key = tuple(sorted({dtype_str(member_node(nodes, m.name).dtype) for m in step.members}))
+        key = dtype_key(step, nodes)
         joined = None
         for g in open_:
             why = _refusal(step, g, key, ready, args, max_args, steps, reads, step_of)
@@ -145,6 +145,11 @@ def kernel_args(
     mutations = mutations or {}
     reads = kernel_reads(kernel, nodes) if reads is None else reads
     return {mutations.get(b, b) for b in reads | {m.name for m in kernel.members}}
+
+
+def dtype_key(kernel: Kernel, nodes: dict[str, Node]) -> tuple[str, ...]:
+    """The member dtypes a group's parts share."""
+    return tuple(sorted({dtype_str(member_node(nodes, m.name).dtype) for m in kernel.members}))
 
 
 def not_a_part(kernel: Kernel, nodes: dict[str, Node]) -> str:

@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from .. import logs
 from ..lower.ir import LoopGraph, Node, Pointwise, View, loads
 from .fusion import Kernel, Step
-from .horizontal import kernel_args, not_a_part
+from .horizontal import dtype_key, kernel_args, not_a_part
 
 
 def split_wide(
@@ -125,9 +125,12 @@ def _independent(kernel: Kernel, nodes: dict[str, Node]) -> list[Kernel]:
 
 
 def _groupable(graph: LoopGraph, pieces: list[Kernel], nodes: dict[str, Node]) -> bool:
-    """Could horizontal.py run the pieces side by side as parts? Else split they would be
-    a launch each (a graph of symbolic sizes has no horizontal kernels)."""
-    return not graph.symbolic and not any(not_a_part(p, nodes) for p in pieces)
+    """Could horizontal.py run the pieces side by side as parts (one group: parts of one
+    member-dtype signature)? Else split they would be a launch each (a graph of symbolic sizes
+    has no horizontal kernels)."""
+    if graph.symbolic or any(not_a_part(p, nodes) for p in pieces):
+        return False
+    return len({dtype_key(p, nodes) for p in pieces}) == 1
 
 
 def _renumbered(steps: list[Step]) -> list[Step]:
