@@ -334,7 +334,7 @@ def _gpt2_small_adamw_code() -> str:
 
 def _parts(src: str) -> list[str]:
     """A Triton kernel's horizontal parts (the branches on its program id), or the kernel."""
-    return re.split(r"\n    (?:el)?if gpid < \d+:", src)[1:] or [src]
+    return re.split(r"\n    if (?:\(gpid >= \d+\) & \()?gpid < \d+\)?:", src)[1:] or [src]
 
 
 def test_gpt2_small_adamw_step_kernels_stay_within_the_argument_cap():

@@ -81,7 +81,7 @@ def test_independent_same_size_work_runs_as_parts():
     kernels = _kernels(compiled)
     assert len(kernels) == 1, kernels
     (src,) = kernels.values()
-    parts = re.split(r"\n    (?:el)?if gpid < \d+:", src)[1:]
+    parts = re.split(r"\n    if (?:\(gpid >= \d+\) & \()?gpid < \d+\)?:", src)[1:]
     assert len(parts) == 2, src
     for part in parts:
         assert part.count("tl.store(") == 1, part
