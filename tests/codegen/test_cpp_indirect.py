@@ -231,3 +231,20 @@ def test_embedding_and_gather_training_step_matches_eager():
         for (name, p), q in zip(model.named_parameters(), ref.parameters()):
             torch.testing.assert_close(p.grad, q.grad, msg=name)
             p.grad = q.grad = None
+
+
+def test_the_wrapper_calls_the_bounds_check_as_a_plain_function():
+    # Through the op, each check cost a dispatch into Python and back (several times the check
+    # itself, once per embedding or gather a call); the wrapper calls the function directly.
+    from kiln.devices.runtime_ops import check_index
+
+    def fn(w, i):
+        return (F.embedding(i, w) * 2,)
+
+    w, i = torch.randn(50, 8), torch.randint(0, 50, (3, 7))
+    compiled = check(fn, w, i, inputs_fn=lambda: (torch.randn(50, 8), torch.randint(0, 50, (3, 7))))
+    namespace = compiled._fn.__globals__
+    checks = [v for k, v in namespace.items() if "check_index" in k]
+    assert checks and all(v is check_index for v in checks)
+    with pytest.raises(IndexError, match="index 50 is out of bounds for dimension 0 with size 50"):
+        compiled(w, torch.full((3, 7), 50))

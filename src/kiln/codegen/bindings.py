@@ -8,7 +8,8 @@ C++. On the H200 host (torch 2.11) a call's CPU time went: convolution 30 -> 21 
 21 us, cuDNN attention 32 -> 26 us — a channels-last ResNet-50 makes 53 convolution calls per
 forward, and on a GPU whose kernels are fast the CPU time of the calls is the step time.
 
-Only overloads listed here are swapped, each for the binding whose arguments the wrapper's
+kiln's own bounds check is called as the Python function it is (`PLAIN`). Only overloads
+listed here are swapped, each for the binding whose arguments the wrapper's
 spelling (positional in schema order, keyword-only ones by name) resolves to that very
 overload; tests/codegen/test_bindings.py checks that resolution for every entry with a
 dispatch mode. Anything else stays the `OpOverload`.
@@ -52,10 +53,15 @@ def _table() -> dict:
 
 BINDINGS = _table()
 
+# kiln's own ops whose implementation is a Python function: the wrapper calls that function,
+# not the op, whose dispatch (schema parsing, the dispatcher, back into Python) cost several
+# times the check itself — each bounds check of embedding or gather indices is one such call.
+PLAIN = {runtime_ops.CHECK_INDEX: runtime_ops.check_index}
+
 
 def fast_binding(op):
     """The binding that calls `op` (see module doc), or `op` itself."""
-    return BINDINGS.get(op, op)
+    return BINDINGS.get(op) or PLAIN.get(op, op)
 
 
 def fast_externs(externs: dict) -> dict:

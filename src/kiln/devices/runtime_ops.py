@@ -3,7 +3,7 @@
 Takes nothing; registers `kiln::check_index(bad, value, op, dim, size, index_error)`, which
 raises the error eager raises for an out-of-range index (IndexError; RuntimeError for gather)
 when `bad` is true. Lowerings (lower/indirect.py) emit calls to it as extern ops; a wrapper
-calls it by name.
+calls its Python implementation, `check_index`, directly (codegen/bindings.py).
 
 Why it lives here, beside the device interface: lowerings emit these ops and every device's
 wrapper calls them, and a wrapper loaded from the compiled-artifact cache (backends/warm.py)
@@ -20,7 +20,7 @@ _LIB.define(
 )
 
 
-def _check_index(
+def check_index(
     bad: torch.Tensor, value: torch.Tensor, op: str, dim: int, size: int, index_error: bool
 ) -> None:
     if bool(bad):
@@ -31,5 +31,5 @@ def _check_index(
         )
 
 
-_LIB.impl("check_index", _check_index, "CompositeExplicitAutograd")
+_LIB.impl("check_index", check_index, "CompositeExplicitAutograd")
 CHECK_INDEX = torch.ops.kiln.check_index.default

@@ -288,6 +288,17 @@ static inline int64_t indirect(int64_t v, int64_t size) {
 static inline int64_t indirect_wrap(int64_t v, int64_t size) {
   return indirect(v < 0 ? v + size : v, size);
 }
+// 1 + erf(x) in float as ATen's vectorized GELU computes it (Abramowitz & Stegun 7.1.26:
+// erfc(|x|) ~ t * P(t) * exp(-x * x), absolute error about 1.5e-7): a polynomial, a division
+// and one exp, which an `omp simd` loop runs faster than libmvec's erf. Below zero the result
+// is that erfc itself, so no precision is lost to `1 - 0.9999...` (the GELU of a negative x).
+static inline float one_plus_erf(float x) {
+  const float t = 1.0f / std::fma(0.3275911f, std::fabs(x), 1.0f);
+  const float p = std::fma(std::fma(std::fma(std::fma(1.061405429f, t, -1.453152027f), t,
+                  1.421413741f), t, -0.284496736f), t, 0.254829592f);
+  const float c = p * t * std::exp(-x * x);
+  return x < 0.0f ? c : 2.0f - c;
+}
 template <typename T> static inline T lshift(T a, T b) {
   if (b < 0 || b >= static_cast<T>(sizeof(T) * 8)) return 0;
   return static_cast<T>(static_cast<typename std::make_unsigned<T>::type>(a) << b);
