@@ -649,9 +649,11 @@ def _render_columns(k: _KernelContext, parallel: bool | str) -> CppKernel:
     outer, inner_n = sympy_str(kernel.outer), sympy_str(kernel.inner)
     body.append(f"{ind}const int64_t xe = xb + {B} < {outer} ? xb + {B} : {outer};")
     C = COLUMN_CHUNK
-    for m in reds:  # a total and a chunk's partial sum per column, in double: summed in
-        # order, a column's rounding error grows with its length (eager sums pairwise)
-        body.append(f"{ind}double acc_{m.name}[{B}], part_{m.name}[{B}];")
+    for m in reds:  # per column, a total in double (summed in order, a column's rounding
+        # error grows with its length; eager sums pairwise) and a partial over a few rows in
+        # the compute type: adding floats into doubles made the row loop convert every value
+        part = compute_ctype(nodes[m.name].dtype)
+        body.append(f"{ind}double acc_{m.name}[{B}]; {part} part_{m.name}[{B}];")
         body.append(f"{ind}for (int64_t x = xb; x < xe; ++x) acc_{m.name}[x - xb] = 0;")
     body.append(f"{ind}for (int64_t rb = 0; rb < {inner_n}; rb += {C}) {{")
     body.append(f"{ind}  const int64_t re = rb + {C} < {inner_n} ? rb + {C} : {inner_n};")
