@@ -189,22 +189,39 @@ class Partition:
     saved_sizes: list[str] = field(default_factory=list)  # ints the forward returns last
 
 
+# Reads at indices loaded from memory, which the code generator lowers as loads in the reading
+# kernel (lower/indirect.py): their results need not be in memory. `gather` also counts as a
+# fusing reader: the cross-entropy's gather of log-probabilities at the targets reads the
+# logits and two row statistics. Embedding's readers do not (counted so, the position ids it
+# reads were computed again in the backward for its extern `embedding_dense_backward`: a
+# kernel more, where the forward wrote them from a kernel it runs anyway).
+_GATHERS = {aten.gather, aten.index, aten.index_select, aten.take, aten.embedding}
+_FUSING_READERS = {aten.gather}
+
+
 def _fusible(node: torch.fx.Node) -> bool:
     """Can a kernel compute `node` from its inputs' elements in registers (a pointwise op, a
-    view, a reduction), rather than an extern call (matmul, convolution) reading them from
-    memory?"""
+    view, a reduction, a gather), rather than an extern call (matmul, convolution) reading them
+    from memory?"""
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):
         return target is operator.getitem
-    return is_recomputable(node) or torch.Tag.reduction in target.tags
+    return (
+        is_recomputable(node)
+        or torch.Tag.reduction in target.tags
+        or target.overloadpacket in _FUSING_READERS
+    )
 
 
-def _writes(n: torch.fx.Node, tangent_dep: set, fw_outs: set) -> tuple[bool, bool]:
+def _writes(n: torch.fx.Node, forward: set, fw_outs: set) -> tuple[bool, bool]:
     """(does the forward write `n` to memory, would the backward have to, were it recomputed
     there): a pass writes a value that it returns or that an op which cannot fuse reads
     (through views). The forward also writes a value that two of its ops read (different
-    kernels, as a rule: a residual stream's running sum). Inputs are in memory already, and a
-    value kiln does not recompute is written where it is computed."""
+    kernels, as a rule: a residual stream's running sum), unless it is a cheap op of one input
+    of its size that an extern call wrote (`_over_extern`). Inputs are in memory already, and
+    a value kiln does not recompute is written where it is computed. `forward`: the nodes the
+    forward runs for its outputs; a reader outside it is the backward's, tangents or not (the
+    `exp` of log-softmax's output that its gradient reads)."""
     if n.op != "call_function" or not is_recomputable(n):
         return True, False
     fw = n in fw_outs
@@ -219,15 +236,37 @@ def _writes(n: torch.fx.Node, tangent_dep: set, fw_outs: set) -> tuple[bool, boo
             if _is_view(u):
                 fw |= u in fw_outs
                 todo.append(u)
-            elif u in tangent_dep:
+            elif u not in forward:
                 bw |= not _fusible(u)
             else:
                 fw |= not _fusible(u)
                 fw_readers += 1
-    return fw or fw_readers > 1, bw
+    return fw or fw_readers > 1 and not _over_extern(n), bw
 
 
-def _cut_weights(nodes, tangent_dep: set, fw_outs: set) -> tuple[dict, set]:
+def _over_extern(n: torch.fx.Node) -> bool:
+    """Is `n` computed from one input of its own size, and that an extern call's result
+    (through views: a matmul's logits, less their row maximum)? That input is in memory, so each
+    kernel reading `n` computes it again for the bytes that reading `n` would cost: the forward
+    need not write `n`, and saving `n` rather than the logits writes one tensor more."""
+    size = _numel(n)
+    full = [a for a in n.all_input_nodes if size is not None and _numel(a) == size]
+    if len(full) != 1:
+        return False
+    a = full[0]
+    while _is_view(a):
+        a = a.all_input_nodes[0]
+    if a.op != "call_function" or _fusible(a):
+        return False
+    return not (isinstance(a.target, torch._ops.OpOverload) and a.target.overloadpacket in _GATHERS)
+
+
+def _numel(n: torch.fx.Node) -> int | None:
+    val = n.meta.get("val")
+    return hint(val.numel()) if isinstance(val, torch.Tensor) else None
+
+
+def _cut_weights(nodes, forward: set, fw_outs: set) -> tuple[dict, set]:
     """(the weight of saving each node, the nodes that must not be recomputed) for the min cut.
 
     A saved value costs its bytes, twice over when the forward would not otherwise write it:
@@ -239,7 +278,7 @@ def _cut_weights(nodes, tangent_dep: set, fw_outs: set) -> tuple[dict, set]:
     from no tensor (fills, `arange`) stay recomputable: writing them reads nothing."""
     weight, keep = {}, set()
     for n in nodes:
-        fw, bw = _writes(n, tangent_dep, fw_outs)
+        fw, bw = _writes(n, forward, fw_outs)
         weight[n] = value_bytes(n) * (1 if fw else 2)
         if fw and bw and n.all_input_nodes and not _is_view(n):
             keep.add(n)
@@ -321,8 +360,8 @@ def partition_joint(joint: Joint, strategy: str = "min_cut") -> Partition:
     saved = None
     if strategy == "min_cut":
         relevant = [n for n in forward_nodes if n in bw_nodes]
-        weight, keep = _cut_weights(relevant, tangent_dep, set(fw_outs))
         forward = _ancestors(fw_outs, stop=set())
+        weight, keep = _cut_weights(relevant, forward, set(fw_outs))
         marked = {n for n in relevant if must_recompute(n)}
         region_outputs = {n for n in marked if _leaves_region(n, forward)}
         checkpointed = _with_region_helpers(relevant, marked - region_outputs, tangent_dep)
