@@ -248,7 +248,7 @@ def test_steady_step_allocates_nothing(foreach):
     parameter rather than recomputed per element) live in a block the Triton wrapper keeps
     between calls (schedule/arena.py `plan_small_arena`): a steady step's wrapper allocates
     nothing, where it made one `empty_strided` call for each of them; the values stay eager's."""
-    from kiln import native
+    from kiln.codegen.triton import load
     from kiln.runtime.triton_interpret import is_interpreting
 
     if not is_interpreting():
@@ -260,13 +260,13 @@ def test_steady_step_allocates_nothing(foreach):
     kw = {"lr": 0.05, "weight_decay": 0.1, "foreach": foreach, "capturable": True}
     ref_opt, opt = torch.optim.AdamW(ref, **kw), torch.optim.AdamW(got, **kw)
     counts = []
-    real_empty = native.empty_strided()  # what a wrapper allocates with
+    real_empty = load._empty
 
     def counted(*args):  # (the wrapper's allocations; Triton's interpreter makes its own)
         counts[-1] += 1
         return real_empty(*args)
 
-    with mock.patch.object(native, "empty_strided", lambda: counted):
+    with mock.patch.object(load, "_empty", counted):
         step = kiln.compile(opt.step, options=TRITON)
         for _ in range(4):
             for a, b in zip(ref, got):
