@@ -3,8 +3,8 @@
 Takes `native_checks.cpp`; gives `table(kind, rows, names, python_check)`, a `Table` whose
 `check()` says whether every row of held facts still holds, `tensor_spec(spec, python_check)`,
 one whose `check(x)` says whether a tensor fetched on the call has a guard's facts,
-`data_ptrs(tensors)`, the addresses of a sequence of tensors, and `empty_strided()` and
-`as_strided()`, the allocation and the view makers compiled wrappers call.
+`data_ptrs(tensors)`, the addresses of a sequence of tensors, and `as_strided()`, the view
+maker compiled wrappers call.
 The same module carries `launch`, the generic Triton kernel launch of `native_launch.cpp`
 (used by triton_native_launcher.py; no Python twin: without it Triton's own launchers run).
 The checks exist in Python too and give the same answers; the C++ versions are an order of
@@ -130,46 +130,24 @@ data_ptrs: Callable[[Any], tuple] = _python_data_ptrs  # the native one once loa
 def as_strided() -> Callable:
     """`torch.as_strided`, or the native one (the same call without Python's argument parsing,
     ~2 us less a view on the H200 host) once the module is loaded: compiled wrappers take it
-    when they are built, and `upgrade_wrapper` swaps it in later for those built before."""
+    when they are built, and `upgrade_as_strided` swaps it in later for those built before."""
     module = start()
     return module.as_strided if module is not None else torch.as_strided
 
 
-def python_empty_strided(size, stride, dtype, device) -> torch.Tensor:
-    return torch.empty_strided(size, stride, dtype=dtype, device=device)
-
-
-def empty_strided() -> Callable:
-    """`empty_strided(size, stride, dtype, device)`: `torch.empty_strided`, native once the
-    module is loaded (as `as_strided`), for the Triton wrappers' allocations."""
-    module = start()
-    return module.empty_strided if module is not None else python_empty_strided
-
-
-# a wrapper's global -> (its Python stand-in, the native function's name)
-_NATIVE_GLOBALS = {
-    "_as_strided": (torch.as_strided, "as_strided"),
-    "_empty": (python_empty_strided, "empty_strided"),
-}
-
-
-def upgrade_wrapper(call: Callable) -> None:
-    """A compiled wrapper `call` whose globals hold the Python stand-ins of native functions
-    (`_as_strided`, `_empty`: it was built while the module was still being built, a fresh
-    machine's first compiles, which took a served GPT-2's dynamic entry there) calls the native
-    ones once the module loads. Held weakly; nothing happens if they are native already or
-    the module never loads."""
-    stale = [k for k, (py, _) in _NATIVE_GLOBALS.items() if call.__globals__.get(k) is py]
-    if not stale:
+def upgrade_as_strided(call: Callable) -> None:
+    """A compiled wrapper `call` whose global `_as_strided` is `torch.as_strided` (it was built
+    while the module was still being built: a fresh machine's first compiles, which took a
+    served GPT-2's dynamic entry there) calls the native one once the module loads. Held
+    weakly; nothing happens if it is already native or the module never loads."""
+    if call.__globals__.get("_as_strided") is not torch.as_strided:
         return
     ref = weakref.ref(call)
 
     def upgrade(module: Any) -> None:
         fn = ref()
-        for key in stale:
-            py, name = _NATIVE_GLOBALS[key]
-            if fn is not None and fn.__globals__.get(key) is py:
-                fn.__globals__[key] = getattr(module, name)
+        if fn is not None and fn.__globals__.get("_as_strided") is torch.as_strided:
+            fn.__globals__["_as_strided"] = module.as_strided
 
     with _lock:
         if _state["module"] is None and _state["status"] in ("idle", "building"):

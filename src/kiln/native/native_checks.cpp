@@ -295,7 +295,7 @@ PyObject* data_ptrs(PyObject*, PyObject* seq) {
 }
 
 bool int_list(PyObject* seq, std::vector<int64_t>& out) {
-  PyObject* fast = PySequence_Fast(seq, "size and stride are sequences of ints");
+  PyObject* fast = PySequence_Fast(seq, "as_strided: size and stride are sequences of ints");
   if (fast == nullptr) return false;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   out.resize(n);
@@ -335,35 +335,11 @@ PyObject* as_strided(PyObject*, PyObject* args) {
   }
 }
 
-// empty_strided(size, stride, dtype, device) -> torch.empty_strided(size, stride, dtype=dtype,
-// device=device), the same dispatcher call without Python's argument parsing: a Triton wrapper
-// allocates its outputs and intermediates with it (24 a batch-1 Llama decode step).
-PyObject* empty_strided(PyObject*, PyObject* args) {
-  PyObject *size, *stride, *dtype, *device;
-  if (!PyArg_ParseTuple(args, "OOOO", &size, &stride, &dtype, &device)) return nullptr;
-  if (!THPDtype_Check(dtype) || !THPDevice_Check(device)) {
-    PyErr_SetString(PyExc_TypeError, "empty_strided: takes a torch.dtype and a torch.device");
-    return nullptr;
-  }
-  std::vector<int64_t> sizes, strides;
-  if (!int_list(size, sizes) || !int_list(stride, strides)) return nullptr;
-  try {
-    auto options = at::TensorOptions()
-                       .dtype(((THPDtype*)dtype)->scalar_type)
-                       .device(((THPDevice*)device)->device);
-    return THPVariable_Wrap(at::empty_strided(sizes, strides, options));
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
-}
-
 PyMethodDef methods[] = {
     {"prepare", prepare, METH_VARARGS, "prepare(kind, rows, names) -> check()"},
     {"prepare_spec", prepare_spec, METH_O, "prepare_spec(spec) -> check(tensor)"},
     {"data_ptrs", data_ptrs, METH_O, "data_ptrs(tensors) -> tuple of addresses"},
     {"as_strided", as_strided, METH_VARARGS, "as_strided(base, size, stride[, offset])"},
-    {"empty_strided", empty_strided, METH_VARARGS, "empty_strided(size, stride, dtype, device)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "kiln_native", nullptr, -1, methods};

@@ -59,5 +59,5 @@ def load(data: Mapping[str, Any]) -> Callable:
     ns.update(fast_externs(resolve_ops(data["externs"])))
     ns.update(data["constants"])
     exec(wrapper_code(data), ns)
-    native.upgrade_wrapper(ns["call"])  # built before the native module loaded
+    native.upgrade_as_strided(ns["call"])  # built before the native module loaded
     return ns["call"]

@@ -36,12 +36,16 @@ def load(data: Mapping[str, Any]) -> Callable | FirstCall:
     namespace = _namespace(loaded, kernels, data, device)
     exec(wrapper_code(data), namespace)
     call = namespace["call"]
-    native.upgrade_wrapper(call)  # built before the native module loaded
+    native.upgrade_as_strided(call)  # built before the native module loaded
     if loaded is not None and compiling(loaded):
         # the workers compile while the next graph (a training step's forward, compiled
         # after its backward) is lowered; the first call waits for them
         return FirstCall(lambda: finish_compiles(loaded), call)
     return call
+
+
+def _empty(size, stride, dtype, device):
+    return torch.empty_strided(size, stride, dtype=dtype, device=device)
 
 
 def _take_kept(pool: dict, device, nbytes: int, layouts: tuple) -> tuple:
@@ -99,7 +103,7 @@ def _device_guard(device: torch.device):
 def _namespace(loaded, kernels: list[str], data: Mapping[str, Any], device) -> dict:
     ns: dict = {
         "torch": torch,
-        "_empty": native.empty_strided(),
+        "_empty": _empty,
         "_take_kept": _take_kept,
         "_give_kept": _give_kept,
         "_kept_sets": {},  # this graph's small intermediates between calls, by stream
