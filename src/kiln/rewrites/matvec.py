@@ -30,8 +30,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from . import rewrite
-from .meta import ensure_meta
-from .pad_mm import empty_with_layout
+from .meta import ensure_meta, fake_call
 
 aten = torch.ops.aten
 MAX_WEIGHTS = 1 << 26  # elements of b: 64 M (Llama's 32000 x 1024 head is 33 M)
@@ -90,26 +89,8 @@ def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node, mode: FakeTensorMode) -
         total = call(aten.sum.dim_IntList, call(aten.mul.Tensor, column, b), [0], True)
         if dtype != torch.float32:
             total = call(aten._to_copy.default, total, dtype=dtype)
-    _fake_values(made, mode)
+    values: dict = {}  # (the last node made has the product's layout: [1, N], row-major)
+    for n in made:
+        fake_call(n, mode, values)
     node.replace_all_uses_with(total)
     graph.erase_node(node)
-
-
-def _fake_values(nodes: list[torch.fx.Node], mode: FakeTensorMode) -> None:
-    """`val` for the nodes made here, from fakes of their inputs' values in one mode (a traced
-    graph's values each carry their own mode). The last one has the product's layout ([1, N],
-    row-major, its dtype), so nothing downstream changes."""
-    vals: dict = {}
-
-    def value(x):
-        if x not in vals:
-            with mode:
-                vals[x] = empty_with_layout(x.meta["val"])
-        return vals[x]
-
-    for n in nodes:
-        args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), value)
-        op = n.target
-        assert callable(op)  # every node made here calls an ATen op
-        with mode:
-            vals[n] = n.meta["val"] = op(*args, **kwargs)

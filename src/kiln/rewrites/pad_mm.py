@@ -21,7 +21,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from . import rewrite
-from .meta import ensure_meta
+from .meta import ensure_meta, fake_call
 
 aten = torch.ops.aten
 MIN_WORK = 1 << 30  # multiply-adds
@@ -61,12 +61,6 @@ def _repropagate(gm: torch.fx.GraphModule) -> None:
     faking its weights again."""
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     refaked: dict = {}
-
-    def value(a: torch.fx.Node):
-        if a not in refaked:
-            refaked[a] = _refake(mode, a.meta["val"])
-        return refaked[a]
-
     dirty: set = set()
     for n in gm.graph.nodes:
         if n.op != "call_function":
@@ -74,17 +68,7 @@ def _repropagate(gm: torch.fx.GraphModule) -> None:
         if "val" in n.meta and not any(a in dirty for a in n.all_input_nodes):
             continue
         dirty.add(n)
-        args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), value)
-        with mode:
-            n.meta["val"] = refaked[n] = n.target(*args, **kwargs)
-
-
-def _refake(mode: FakeTensorMode, v):
-    """A fake tensor of `mode` with `v`'s size, strides, offset, dtype and device."""
-    if not isinstance(v, torch.Tensor):
-        return v
-    with mode:
-        return empty_with_layout(v)
+        fake_call(n, mode, refaked)
 
 
 def _padding(node, devices) -> int:
@@ -162,12 +146,3 @@ def _undo(graph: torch.fx.Graph, narrow, wide) -> None:
 
 def _is(node, target) -> bool:
     return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is target
-
-
-def empty_with_layout(t: torch.Tensor) -> torch.Tensor:
-    """An uninitialised tensor with `t`'s sizes, strides, storage offset and dtype, over a
-    storage just long enough for them; made inside a fake mode it is a fake tensor."""
-    numel = t.numel()
-    span = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1
-    base = torch.empty(max(span, 1) if numel else 0, dtype=t.dtype, device=t.device)
-    return base.as_strided(t.shape, t.stride(), t.storage_offset() if numel else 0)
