@@ -55,3 +55,33 @@ def run_python():
         return out
 
     return run
+
+
+@pytest.fixture
+def perf_hints():
+    """perf_hints switched on, its messages collected (the list is the fixture's value); the
+    logging state restored after. (kiln is imported here, after `pytest_configure` has set
+    Triton's interpreter up.)"""
+    import logging
+
+    import kiln
+    from kiln import logs
+
+    saved = (logs._enabled, list(logging.getLogger("kiln").handlers))
+
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages: list[str] = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    keep = Keep()
+    hints = logging.getLogger("kiln.perf_hints")
+    hints.addHandler(keep)
+    kiln.set_logs("perf_hints")
+    yield keep.messages
+    hints.removeHandler(keep)
+    logs._enabled = saved[0]
+    logging.getLogger("kiln").handlers[:] = saved[1]

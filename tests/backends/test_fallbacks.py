@@ -6,8 +6,6 @@ matches eager on fresh random inputs, the log says why once, and the process-wid
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 
@@ -28,29 +26,6 @@ def _inputs(requires_grad: bool = False):
     x = torch.randn(8, 16)
     w = torch.randn(16, 16, requires_grad=requires_grad)
     return x, w
-
-
-@pytest.fixture
-def perf_hints():
-    """perf_hints switched on, its messages collected; the logging state restored after."""
-    saved = (logs._enabled, list(logging.getLogger("kiln").handlers))
-
-    class Keep(logging.Handler):
-        def __init__(self):
-            super().__init__()
-            self.messages: list[str] = []
-
-        def emit(self, record):
-            self.messages.append(record.getMessage())
-
-    keep = Keep()
-    hints = logging.getLogger("kiln.perf_hints")
-    hints.addHandler(keep)
-    kiln.set_logs("perf_hints")
-    yield keep.messages
-    hints.removeHandler(keep)
-    logs._enabled = saved[0]
-    logging.getLogger("kiln").handlers[:] = saved[1]
 
 
 def _new_fallbacks(before: int) -> list:
